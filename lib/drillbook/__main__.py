@@ -1,0 +1,5 @@
+"""`python -m drillbook` is the same as the `drillbook` command."""
+
+from drillbook.cli import main
+
+main()

@@ -1,0 +1,143 @@
+"""Parameter and configuration models, and the one place that reads environment variables.
+
+Everything a user can set is validated here by pydantic before anything is started; a
+validation failure becomes one ConfigError line that names the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from drillbook.errors import ConfigError
+
+ENV_STATE_DIR = "DRILLBOOK_STATE_DIR"
+ENV_PG_DSN = "DRILLBOOK_PG_DSN"
+ENV_CI = "CI"
+
+
+class Defect(str, enum.Enum):
+    """Faults built into the reference platform so that a runbook can be shown to fail."""
+
+    NO_FAIR_SHARING = "no-fair-sharing"  # model server serves tenants first come, first served
+    NO_RETRIES = "no-retries"  # gateway never retries a failed upstream call
+    NO_IDEMPOTENCY = "no-idempotency"  # agent applies a retried turn again
+    SLOW_MODEL_LOAD = "slow-model-load"  # model server takes SLOW_MODEL_LOAD_S to become ready
+    NO_BACKUPS = "no-backups"  # backup requests are accepted but nothing is written
+
+
+SLOW_MODEL_LOAD_S = 8.0
+
+TENANT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class StrictModel(BaseModel):
+    """A model that refuses unknown fields, so a typo is an error and not a silent default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SandboxConfig(StrictModel):
+    """How `drillbook sandbox up` builds the reference agent platform."""
+
+    agents: NonNegativeInt = Field(2, description="agent service replicas")
+    models: NonNegativeInt = Field(1, description="model server replicas")
+    gateways: Annotated[int, Field(ge=1, le=8)] = Field(1, description="gateway replicas (share one port)")
+    gpu_slots: Annotated[int, Field(ge=1, le=1024)] = Field(4, description="concurrent generations per model replica")
+    tokens_per_second: Annotated[float, Field(ge=0)] = Field(
+        200.0, description="token streaming rate per generation; 0 streams without delay"
+    )
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(16, description="default tokens per turn")
+    model_load_delay_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        0.3, description="time from model server start to ready (simulated weight loading)"
+    )
+    store: Literal["sqlite", "postgres"] = Field("sqlite", description="state store kind")
+    dsn: str | None = Field(None, description="PostgreSQL DSN, required when store is postgres")
+    tenants: list[str] = Field(["tenant-a", "tenant-b"], description="tenant names")
+    rate_limit_rps: Annotated[float, Field(gt=0)] = Field(
+        1000.0, description="per-tenant request rate limit at the gateway"
+    )
+    rate_limit_burst: Annotated[int, Field(ge=1)] = Field(200, description="per-tenant burst size")
+    gateway_port: Annotated[int, Field(ge=0, le=65535)] = Field(0, description="gateway port; 0 picks a free one")
+    restart_backoff_s: Annotated[float, Field(gt=0, le=60)] = Field(0.2, description="first restart delay")
+    restart_backoff_max_s: Annotated[float, Field(gt=0, le=600)] = Field(10.0, description="restart delay cap")
+    activation_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        60.0, description="how long the gateway holds a request while a service starts"
+    )
+    defects: list[Defect] = Field(default_factory=list, description="built-in defects to switch on")
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, tenants: list[str]) -> list[str]:
+        if not tenants:
+            raise ValueError("at least one tenant is needed")
+        for name in tenants:
+            if not TENANT_NAME.match(name):
+                raise ValueError(f"tenant name {name!r} must be lower-case letters, digits and '-'")
+        if len(set(tenants)) != len(tenants):
+            raise ValueError("tenant names must be unique")
+        return tenants
+
+    @model_validator(mode="after")
+    def _store_needs_dsn(self) -> "SandboxConfig":
+        if self.store == "postgres" and not self.dsn:
+            raise ValueError(f"store 'postgres' needs a DSN (--dsn or {ENV_PG_DSN})")
+        if self.store == "sqlite" and self.dsn:
+            raise ValueError("a DSN is only used with store 'postgres'")
+        return self
+
+    def has(self, defect: Defect) -> bool:
+        return defect in self.defects
+
+    @property
+    def effective_model_load_delay_s(self) -> float:
+        if self.has(Defect.SLOW_MODEL_LOAD):
+            return max(self.model_load_delay_s, SLOW_MODEL_LOAD_S)
+        return self.model_load_delay_s
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validation_line(error: ValidationError) -> str:
+    """One line naming the first invalid field and why."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "input"
+    message = first["msg"].removeprefix("Value error, ")
+    extra = f" ({len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
+    return f"invalid {location}: {message}{extra}"
+
+
+def build(model: type[M], **values: object) -> M:
+    """Validate values into a model, turning a pydantic error into one ConfigError line."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise ConfigError(validation_line(error)) from None
+
+
+def state_dir(explicit: Path | None = None) -> Path:
+    """Where a sandbox keeps its runtime files, event log, store and logs."""
+    if explicit is not None:
+        return explicit.expanduser().resolve()
+    configured = os.environ.get(ENV_STATE_DIR)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return (base / "drillbook" / "sandbox").resolve()
+
+
+def default_pg_dsn() -> str | None:
+    return os.environ.get(ENV_PG_DSN) or None
+
+
+def running_in_ci() -> bool:
+    return os.environ.get(ENV_CI, "").lower() in {"1", "true", "yes"}

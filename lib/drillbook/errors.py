@@ -1,0 +1,84 @@
+"""Every failure drillbook shows a user is one of these: one clear line and an exit code.
+
+The tree::
+
+    DrillbookError                    exit 1: something went wrong while running
+    ├── InvalidInput                  exit 2: bad input, refused before anything is touched
+    │   ├── ConfigError               a parameter or option fails validation (names the field)
+    │   ├── PortInUse                 a port asked for is already bound on 127.0.0.1
+    │   ├── SandboxAlreadyRunning     a second `sandbox up` on the same state dir
+    │   └── StoreUnreachable          a PostgreSQL DSN that cannot be connected to
+    ├── SandboxError                  the reference platform misbehaved
+    │   ├── SandboxNotRunning         a command needs a running sandbox and there is none
+    │   ├── SandboxStartFailed        a service did not become ready in time
+    │   └── ControlApiError           the supervisor's control API refused or failed a request
+    ├── StoreError                    the state store failed an operation
+    │   ├── StoreUnavailable          the store is gone (destroyed) or cannot be reached
+    │   └── BackupError               a backup or restore did not complete
+    └── DeliveryError                 read-back shows acknowledged turns lost, duplicated or broken
+
+The CLI catches DrillbookError at its edge and prints ``drillbook: <message>``; nothing else
+reaches the user as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class DrillbookError(Exception):
+    """Base of every user-facing failure; ``str(error)`` is the one line shown."""
+
+    exit_code: int = 1
+
+
+class InvalidInput(DrillbookError):
+    """Input refused before anything was started or changed."""
+
+    exit_code = 2
+
+
+class ConfigError(InvalidInput):
+    """A parameter, option or configuration field fails validation."""
+
+
+class PortInUse(InvalidInput):
+    """A port the user asked for is already bound."""
+
+
+class SandboxAlreadyRunning(InvalidInput):
+    """A sandbox already runs on this state directory."""
+
+
+class StoreUnreachable(InvalidInput):
+    """The state store named by the user cannot be connected to."""
+
+
+class SandboxError(DrillbookError):
+    """The local reference platform failed."""
+
+
+class SandboxNotRunning(SandboxError):
+    """No sandbox runs on this state directory."""
+
+
+class SandboxStartFailed(SandboxError):
+    """The sandbox did not come up; the message says which service and where its log is."""
+
+
+class ControlApiError(SandboxError):
+    """The supervisor's control API refused or failed a request."""
+
+
+class StoreError(DrillbookError):
+    """The state store failed an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """The store is destroyed or unreachable; callers turn this into HTTP 503."""
+
+
+class BackupError(StoreError):
+    """A backup or restore did not complete."""
+
+
+class DeliveryError(DrillbookError):
+    """Acknowledged turns are missing, duplicated or their hash chain is broken."""

@@ -1,0 +1,552 @@
+"""The reference platform's state store: sessions and hash-chained turns, with real backup and restore.
+
+SQLite (WAL) by default, PostgreSQL when a DSN is given. Agent replicas use the session and turn
+operations; the supervisor uses schema, backup, restore and destroy. Methods are synchronous and
+thread-safe (one connection per thread); the async services call them from a thread pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import subprocess
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from glob import glob
+from pathlib import Path
+from typing import Any
+
+from drillbook.errors import BackupError, StoreUnavailable, StoreUnreachable
+from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    tenant: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One acknowledged turn of a session, as stored."""
+
+    session_id: str
+    seq: int
+    idempotency_key: str | None
+    input: str
+    output: str
+    prev_hash: str
+    hash: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackupInfo:
+    """A finished backup: where it is, when it was taken, what it holds, and its digest."""
+
+    id: str
+    path: str
+    created_at: str
+    size_bytes: int
+    sha256: str
+    sessions: int
+    turns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class StateStore(ABC):
+    """Sessions and turns with idempotent, transactional, hash-chained appends."""
+
+    kind: str
+
+    def __init__(self, *, idempotency: bool = True) -> None:
+        self.idempotency = idempotency
+        self._local = threading.local()
+
+    # -- what agent replicas use -------------------------------------------------------------
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers and holds its schema."""
+
+    @abstractmethod
+    def create_session(self, tenant: str) -> Session: ...
+
+    @abstractmethod
+    def get_session(self, session_id: str) -> Session | None: ...
+
+    @abstractmethod
+    def turns(self, session_id: str) -> list[Turn]: ...
+
+    @abstractmethod
+    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None: ...
+
+    @abstractmethod
+    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        """Append a turn in one transaction; returns (turn, replayed).
+
+        With idempotency on, a key already applied to the session returns the stored turn and
+        replayed=True instead of appending again.
+        """
+
+    @abstractmethod
+    def counts(self) -> tuple[int, int]:
+        """(sessions, turns) currently stored."""
+
+    # -- what the supervisor uses ------------------------------------------------------------
+    @abstractmethod
+    def init_schema(self) -> None: ...
+
+    @abstractmethod
+    def backup(self, directory: Path) -> BackupInfo: ...
+
+    @abstractmethod
+    def restore(self, backup_path: Path) -> None: ...
+
+    @abstractmethod
+    def destroy(self) -> None:
+        """Lose all state, as a disaster would."""
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @staticmethod
+    def _new_session_id() -> str:
+        return "ses_" + secrets.token_hex(8)
+
+    @staticmethod
+    def _backup_id() -> str:
+        return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(2)
+
+    @staticmethod
+    def _publish_backup(directory: Path, backup_id: str, partial: Path, final: Path, sessions: int, turns: int) -> BackupInfo:
+        with open(partial, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, final)
+        info = BackupInfo(backup_id, str(final), utc_now_iso(), final.stat().st_size, file_sha256(final), sessions, turns)
+        meta_partial = directory / f".{backup_id}.json.partial"
+        meta_partial.write_text(json.dumps(info.to_json(), indent=2))
+        os.replace(meta_partial, directory / f"{backup_id}.json")
+        return info
+
+
+SCHEMA_SQLITE = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    seq INTEGER NOT NULL,
+    idempotency_key TEXT,
+    input TEXT NOT NULL,
+    output TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+
+TURN_COLUMNS = "session_id, seq, idempotency_key, input, output, prev_hash, hash, created_at"
+
+
+class SQLiteStore(StateStore):
+    """SQLite in WAL mode; every agent replica opens the same file.
+
+    A connection is re-opened when the file at the path changes (after a restore), and every
+    operation fails with StoreUnavailable while the file is gone (after a destroy).
+    """
+
+    kind = "sqlite"
+
+    def __init__(self, path: Path, *, idempotency: bool = True) -> None:
+        super().__init__(idempotency=idempotency)
+        self.path = Path(path)
+
+    def _open(self, path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.close()
+            raise StoreUnavailable(f"state store {self.path} does not exist") from None
+        identity = (st.st_dev, st.st_ino)
+        if getattr(self._local, "identity", None) != identity or getattr(self._local, "conn", None) is None:
+            self.close()
+            self._local.conn = self._open(self.path)
+            self._local.identity = identity
+        return self._local.conn
+
+    def _run(self, operation: str, *args: Any) -> Any:
+        try:
+            return getattr(self, "_" + operation)(self._conn(), *args)
+        except sqlite3.Error as error:
+            self.close()
+            raise StoreUnavailable(f"state store error: {error}") from None
+
+    def ping(self) -> None:
+        self._run("ping")
+
+    def _ping(self, conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
+
+    def create_session(self, tenant: str) -> Session:
+        return self._run("create_session", tenant)
+
+    def _create_session(self, conn: sqlite3.Connection, tenant: str) -> Session:
+        session = Session(self._new_session_id(), tenant, utc_now_iso())
+        conn.execute("INSERT INTO sessions (id, tenant, created_at) VALUES (?, ?, ?)", (session.id, session.tenant, session.created_at))
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        return self._run("get_session", session_id)
+
+    def _get_session(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
+        row = conn.execute("SELECT id, tenant, created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return Session(*row) if row else None
+
+    def turns(self, session_id: str) -> list[Turn]:
+        return self._run("turns", session_id)
+
+    def _turns(self, conn: sqlite3.Connection, session_id: str) -> list[Turn]:
+        rows = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,))
+        return [Turn(*row) for row in rows]
+
+    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
+        return self._run("find_turn", session_id, idempotency_key)
+
+    def _find_turn(self, conn: sqlite3.Connection, session_id: str, key: str) -> Turn | None:
+        row = conn.execute(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND idempotency_key = ? ORDER BY seq LIMIT 1",
+            (session_id, key),
+        ).fetchone()
+        return Turn(*row) if row else None
+
+    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        return self._run("append_turn", session_id, idempotency_key, text_in, text_out)
+
+    def _append_turn(self, conn: sqlite3.Connection, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self.idempotency and key is not None:
+                existing = self._find_turn(conn, session_id, key)
+                if existing is not None:
+                    conn.execute("ROLLBACK")
+                    return existing, True
+            last = conn.execute(
+                "SELECT seq, hash FROM turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
+            ).fetchone()
+            seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
+                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
+            conn.execute(f"INSERT INTO turns ({TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", tuple(turn.to_json().values()))
+            conn.execute("COMMIT")
+            return turn, False
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def counts(self) -> tuple[int, int]:
+        return self._run("counts")
+
+    def _counts(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        turns = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
+        return sessions, turns
+
+    def init_schema(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(SCHEMA_SQLITE)
+            unique = "UNIQUE " if self.idempotency else ""
+            conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS turns_idempotency ON turns (session_id, idempotency_key)")
+        finally:
+            conn.close()
+
+    def backup(self, directory: Path) -> BackupInfo:
+        directory.mkdir(parents=True, exist_ok=True)
+        backup_id = self._backup_id()
+        partial = directory / f".{backup_id}.sqlite.partial"
+        try:
+            source = self._conn()
+            target = sqlite3.connect(partial)
+            try:
+                source.backup(target)
+                sessions, turns = self._counts(target)
+            finally:
+                target.close()
+        except sqlite3.Error as error:
+            partial.unlink(missing_ok=True)
+            raise BackupError(f"SQLite backup failed: {error}") from None
+        return self._publish_backup(directory, backup_id, partial, directory / f"{backup_id}.sqlite", sessions, turns)
+
+    def restore(self, backup_path: Path) -> None:
+        """Copy the backup into the live file with SQLite's backup API (re-created if destroyed)."""
+        try:
+            source = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
+            target = sqlite3.connect(self.path, timeout=30.0)
+            try:
+                source.backup(target)
+                target.execute("PRAGMA journal_mode=WAL")
+            finally:
+                source.close()
+                target.close()
+        except sqlite3.Error as error:
+            raise BackupError(f"SQLite restore from {backup_path} failed: {error}") from None
+
+    def destroy(self) -> None:
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+
+PG_SCHEMA = "agent_state"
+SCHEMA_POSTGRES = f"""
+CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA};
+CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.sessions (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.turns (
+    session_id TEXT NOT NULL REFERENCES {PG_SCHEMA}.sessions(id),
+    seq INTEGER NOT NULL,
+    idempotency_key TEXT,
+    input TEXT NOT NULL,
+    output TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+
+
+def pg_tool(name: str) -> str:
+    """Path of a PostgreSQL client program, preferring the newest Debian versioned install."""
+    versioned = sorted(glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(Path(p).parts[4]) if Path(p).parts[4].isdigit() else 0)
+    if versioned:
+        return versioned[-1]
+    found = shutil.which(name)
+    if not found:
+        raise BackupError(f"{name} not found: install PostgreSQL's client programs")
+    return found
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages and evidence."""
+    import psycopg.conninfo
+
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    if "password" in parts:
+        parts["password"] = "***"
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+
+class PostgresStore(StateStore):
+    """PostgreSQL, schema agent_state; backup and restore with pg_dump and pg_restore."""
+
+    kind = "postgres"
+
+    def __init__(self, dsn: str, *, idempotency: bool = True) -> None:
+        super().__init__(idempotency=idempotency)
+        self.dsn = dsn
+
+    def _conn(self) -> Any:
+        import psycopg
+
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            try:
+                conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+            except psycopg.Error as error:
+                raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: {str(error).strip()}") from None
+            self._local.conn = conn
+        return conn
+
+    def _run(self, operation: str, *args: Any) -> Any:
+        import psycopg
+
+        try:
+            return getattr(self, "_" + operation)(self._conn(), *args)
+        except psycopg.Error as error:
+            self.close()
+            raise StoreUnavailable(f"state store error: {str(error).strip()}") from None
+
+    def check_reachable(self) -> None:
+        """Raise StoreUnreachable (bad input) when the DSN cannot be connected to."""
+        try:
+            self._conn()
+        except StoreUnavailable as error:
+            raise StoreUnreachable(str(error)) from None
+
+    def ping(self) -> None:
+        self._run("ping")
+
+    def _ping(self, conn: Any) -> None:
+        conn.execute(f"SELECT 1 FROM {PG_SCHEMA}.sessions LIMIT 1").fetchall()
+
+    def create_session(self, tenant: str) -> Session:
+        return self._run("create_session", tenant)
+
+    def _create_session(self, conn: Any, tenant: str) -> Session:
+        session = Session(self._new_session_id(), tenant, utc_now_iso())
+        conn.execute(f"INSERT INTO {PG_SCHEMA}.sessions (id, tenant, created_at) VALUES (%s, %s, %s)",
+                     (session.id, session.tenant, session.created_at))
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        return self._run("get_session", session_id)
+
+    def _get_session(self, conn: Any, session_id: str) -> Session | None:
+        row = conn.execute(f"SELECT id, tenant, created_at FROM {PG_SCHEMA}.sessions WHERE id = %s", (session_id,)).fetchone()
+        return Session(*row) if row else None
+
+    def turns(self, session_id: str) -> list[Turn]:
+        return self._run("turns", session_id)
+
+    def _turns(self, conn: Any, session_id: str) -> list[Turn]:
+        rows = conn.execute(f"SELECT {TURN_COLUMNS} FROM {PG_SCHEMA}.turns WHERE session_id = %s ORDER BY seq", (session_id,))
+        return [Turn(*row) for row in rows.fetchall()]
+
+    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
+        return self._run("find_turn", session_id, idempotency_key)
+
+    def _find_turn(self, conn: Any, session_id: str, key: str) -> Turn | None:
+        row = conn.execute(
+            f"SELECT {TURN_COLUMNS} FROM {PG_SCHEMA}.turns WHERE session_id = %s AND idempotency_key = %s ORDER BY seq LIMIT 1",
+            (session_id, key),
+        ).fetchone()
+        return Turn(*row) if row else None
+
+    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        return self._run("append_turn", session_id, idempotency_key, text_in, text_out)
+
+    def _append_turn(self, conn: Any, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        with conn.transaction():
+            # Locking the session row serialises appends to one session across replicas.
+            conn.execute(f"SELECT id FROM {PG_SCHEMA}.sessions WHERE id = %s FOR UPDATE", (session_id,))
+            if self.idempotency and key is not None:
+                existing = self._find_turn(conn, session_id, key)
+                if existing is not None:
+                    return existing, True
+            last = conn.execute(
+                f"SELECT seq, hash FROM {PG_SCHEMA}.turns WHERE session_id = %s ORDER BY seq DESC LIMIT 1", (session_id,)
+            ).fetchone()
+            seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
+                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
+            conn.execute(f"INSERT INTO {PG_SCHEMA}.turns ({TURN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                         tuple(turn.to_json().values()))
+            return turn, False
+
+    def counts(self) -> tuple[int, int]:
+        return self._run("counts")
+
+    def _counts(self, conn: Any) -> tuple[int, int]:
+        sessions = conn.execute(f"SELECT count(*) FROM {PG_SCHEMA}.sessions").fetchone()[0]
+        turns = conn.execute(f"SELECT count(*) FROM {PG_SCHEMA}.turns").fetchone()[0]
+        return sessions, turns
+
+    def init_schema(self) -> None:
+        conn = self._conn()
+        with conn.transaction():
+            conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+            for statement in SCHEMA_POSTGRES.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            unique = "UNIQUE " if self.idempotency else ""
+            conn.execute(f"CREATE {unique}INDEX turns_idempotency ON {PG_SCHEMA}.turns (session_id, idempotency_key)")
+
+    def _tool_env_and_dsn(self) -> tuple[dict[str, str], str]:
+        """Keep the password out of the command line (and so out of `ps`)."""
+        import psycopg.conninfo
+
+        parts = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        env = dict(os.environ)
+        password = parts.pop("password", None)
+        if password:
+            env["PGPASSWORD"] = str(password)
+        return env, psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+    def _pg(self, argv: list[str], what: str) -> None:
+        env, _ = self._tool_env_and_dsn()
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BackupError(f"{what} failed (exit {result.returncode}): {detail}")
+
+    def backup(self, directory: Path) -> BackupInfo:
+        directory.mkdir(parents=True, exist_ok=True)
+        backup_id = self._backup_id()
+        partial = directory / f".{backup_id}.dump.partial"
+        sessions, turns = self.counts()
+        _, dsn = self._tool_env_and_dsn()
+        try:
+            self._pg([pg_tool("pg_dump"), "--format=custom", f"--schema={PG_SCHEMA}", "--no-owner",
+                      f"--file={partial}", f"--dbname={dsn}"], "pg_dump")
+        except BackupError:
+            partial.unlink(missing_ok=True)
+            raise
+        return self._publish_backup(directory, backup_id, partial, directory / f"{backup_id}.dump", sessions, turns)
+
+    def restore(self, backup_path: Path) -> None:
+        self.close()
+        _, dsn = self._tool_env_and_dsn()
+        self._pg([pg_tool("pg_restore"), "--clean", "--if-exists", "--no-owner", "--single-transaction",
+                  f"--dbname={dsn}", str(backup_path)], "pg_restore")
+
+    def destroy(self) -> None:
+        conn = self._conn()
+        conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+        self.close()
+
+
+def open_store(kind: str, *, sqlite_path: Path | None = None, dsn: str | None = None, idempotency: bool = True) -> StateStore:
+    """The store a sandbox runtime describes."""
+    if kind == "sqlite":
+        assert sqlite_path is not None
+        return SQLiteStore(sqlite_path, idempotency=idempotency)
+    if kind == "postgres":
+        assert dsn is not None
+        return PostgresStore(dsn, idempotency=idempotency)
+    raise ValueError(f"unknown store kind {kind!r}")
