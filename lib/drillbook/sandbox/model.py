@@ -38,13 +38,15 @@ class _Waiter:
 class SlotScheduler:
     """GPU slots as a counted resource with per-tenant queues.
 
-    fair=True: a freed slot goes to the waiting tenant that holds the fewest slots (oldest first
-    on a tie), which is max-min fair. fair=False: strictly in arrival order.
+    fair=True: a freed slot goes to the waiting tenant that holds the fewest slots, then to the one
+    served least so far, then the oldest request (max-min fair). fair=False: strictly in arrival
+    order, so a tenant that floods the queue delays everyone behind it.
     """
 
     slots: int
     fair: bool = True
     held: Counter[str] = field(default_factory=Counter)
+    served: Counter[str] = field(default_factory=Counter)
     queues: dict[str, deque[_Waiter]] = field(default_factory=dict)
     _arrivals: itertools.count = field(default_factory=itertools.count)
 
@@ -60,7 +62,7 @@ class SlotScheduler:
 
     async def acquire(self, tenant: str) -> None:
         if self.in_use < self.slots and self._waiting() == 0:
-            self.held[tenant] += 1
+            self._grant(tenant)
             return
         waiter = _Waiter(tenant, next(self._arrivals), asyncio.get_running_loop().create_future())
         self.queues.setdefault(tenant, deque()).append(waiter)
@@ -84,7 +86,7 @@ class SlotScheduler:
         if not candidates:
             return None
         if self.fair:
-            return min(candidates, key=lambda c: (self.held.get(c[0], 0), c[1].arrival))[0]
+            return min(candidates, key=lambda c: (self.held.get(c[0], 0), self.served[c[0]], c[1].arrival))[0]
         return min(candidates, key=lambda c: c[1].arrival)[0]
 
     def _dispatch(self) -> None:
@@ -93,8 +95,12 @@ class SlotScheduler:
             if tenant is None:
                 return
             waiter = self.queues[tenant].popleft()
-            self.held[tenant] += 1
+            self._grant(tenant)
             waiter.future.set_result(None)
+
+    def _grant(self, tenant: str) -> None:
+        self.held[tenant] += 1
+        self.served[tenant] += 1
 
 
 def generated_tokens(prompt: str, count: int) -> list[str]:

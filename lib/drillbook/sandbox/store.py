@@ -86,6 +86,8 @@ class StateStore(ABC):
     def __init__(self, *, idempotency: bool = True) -> None:
         self.idempotency = idempotency
         self._local = threading.local()
+        self._open_connections: list[Any] = []
+        self._registry_lock = threading.Lock()
 
     # -- what agent replicas use -------------------------------------------------------------
     @abstractmethod
@@ -130,11 +132,33 @@ class StateStore(ABC):
     def destroy(self) -> None:
         """Lose all state, as a disaster would."""
 
-    def close(self) -> None:
+    def _adopt(self, conn: Any) -> Any:
+        """Make conn this thread's connection, remembered so that close() can close it."""
+        self._local.conn = conn
+        with self._registry_lock:
+            self._open_connections.append(conn)
+        return conn
+
+    def _forget(self) -> None:
+        """Close this thread's connection (it is re-opened on next use)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
-            conn.close()
             self._local.conn = None
+            with self._registry_lock:
+                if conn in self._open_connections:
+                    self._open_connections.remove(conn)
+            conn.close()
+
+    def close(self) -> None:
+        """Close every connection any thread opened."""
+        self._local.conn = None
+        with self._registry_lock:
+            connections, self._open_connections = self._open_connections, []
+        for conn in connections:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
 
     @staticmethod
     def _new_session_id() -> str:
@@ -201,12 +225,12 @@ class SQLiteStore(StateStore):
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self.close()
+            self._forget()
             raise StoreUnavailable(f"state store {self.path} does not exist") from None
         identity = (st.st_dev, st.st_ino)
         if getattr(self._local, "identity", None) != identity or getattr(self._local, "conn", None) is None:
-            self.close()
-            self._local.conn = self._open(self.path)
+            self._forget()
+            self._adopt(self._open(self.path))
             self._local.identity = identity
         return self._local.conn
 
@@ -214,7 +238,7 @@ class SQLiteStore(StateStore):
         try:
             return getattr(self, "_" + operation)(self._conn(), *args)
         except sqlite3.Error as error:
-            self.close()
+            self._forget()
             raise StoreUnavailable(f"state store error: {error}") from None
 
     def ping(self) -> None:
@@ -400,7 +424,7 @@ class PostgresStore(StateStore):
                 conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
             except psycopg.Error as error:
                 raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: {str(error).strip()}") from None
-            self._local.conn = conn
+            self._adopt(conn)
         return conn
 
     def _run(self, operation: str, *args: Any) -> Any:
@@ -409,7 +433,7 @@ class PostgresStore(StateStore):
         try:
             return getattr(self, "_" + operation)(self._conn(), *args)
         except psycopg.Error as error:
-            self.close()
+            self._forget()
             raise StoreUnavailable(f"state store error: {str(error).strip()}") from None
 
     def check_reachable(self) -> None:

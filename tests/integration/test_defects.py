@@ -1,0 +1,89 @@
+"""Each built-in defect really breaks what it names, so runbooks can be shown to fail."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from drillbook.sandbox.client import TenantClient
+from tests.helpers import wait_for
+from tests.integration.test_sandbox import run_concurrent_turns
+
+pytestmark = pytest.mark.integration
+
+
+def test_no_retries_lets_a_replica_kill_reach_clients(sandbox_factory):
+    handle = sandbox_factory(agents=3, tokens_per_second=100, max_tokens=8, defects=["no-retries"])
+    with handle.control() as control:
+        outcome = run_concurrent_turns(handle, 3.0, 8, during=lambda: control.kill("agent", count=2, signal="SIGKILL"))
+    assert outcome["ok"] > 0 and outcome["failed"] > 0
+
+
+def test_no_idempotency_applies_a_retried_turn_twice(sandbox_factory):
+    handle = sandbox_factory(tokens_per_second=0, defects=["no-idempotency"])
+    with TenantClient(handle.gateway_url, handle.tenant_keys["tenant-a"]) as client:
+        session_id = client.create_session()
+        first = client.turn(session_id, "once", idempotency_key="k")
+        second = client.turn(session_id, "once", idempotency_key="k")
+        assert (first["seq"], second["seq"]) == (1, 2) and second["replayed"] is False
+        assert [t["idempotency_key"] for t in client.read_session(session_id)["turns"]] == ["k", "k"]
+
+
+def test_slow_model_load_keeps_the_model_unready_for_longer(sandbox_factory):
+    handle = sandbox_factory(model_load_delay_s=0.2, tokens_per_second=0)
+    slow = sandbox_factory(model_load_delay_s=0.2, tokens_per_second=0, defects=["slow-model-load"])
+
+    def ready_after(h) -> float:
+        with h.control() as control:
+            event = next(e for e in control.events() if e["kind"] == "replica_ready" and e["service"] == "model")
+        return float(event["since_start_s"])
+
+    assert ready_after(handle) < 2.0
+    assert ready_after(slow) >= 8.0
+
+
+def test_no_fair_sharing_lets_a_flood_delay_another_tenant(sandbox_factory):
+    """One GPU slot; the aggressor queues 6 long generations, then the victim asks for one."""
+
+    def victim_wait(defects: list[str]) -> float:
+        handle = sandbox_factory(gpu_slots=1, tokens_per_second=100, max_tokens=10, defects=defects)
+        keys = handle.tenant_keys
+
+        async def scenario() -> float:
+            async with httpx.AsyncClient(base_url=handle.gateway_url, timeout=60) as http:
+                async def session(key: str) -> str:
+                    r = await http.post("/v1/sessions", headers={"Authorization": f"Bearer {key}"})
+                    return r.json()["session_id"]
+
+                aggressor_sessions = [await session(keys["tenant-a"]) for _ in range(6)]
+                victim_session = await session(keys["tenant-b"])
+                flood = [asyncio.create_task(http.post(f"/v1/sessions/{s}/turns", json={"input": "long"},
+                                                       headers={"Authorization": f"Bearer {keys['tenant-a']}"}))
+                         for s in aggressor_sessions]
+                await asyncio.sleep(0.15)  # the flood is queued at the model server
+                started = time.monotonic()
+                victim = await http.post(f"/v1/sessions/{victim_session}/turns", json={"input": "short"},
+                                         headers={"Authorization": f"Bearer {keys['tenant-b']}"})
+                elapsed = time.monotonic() - started
+                assert victim.status_code == 200
+                await asyncio.gather(*flood)
+                return elapsed
+
+        return asyncio.run(scenario())
+
+    fair, unfair = victim_wait([]), victim_wait(["no-fair-sharing"])
+    # 10 tokens at 100/s = 0.1 s per generation: fair waits for about one, unfair for about six.
+    assert unfair > fair * 2.5, (fair, unfair)
+
+
+def test_no_backups_accepts_the_request_but_writes_nothing(sandbox_factory):
+    handle = sandbox_factory(tokens_per_second=0, defects=["no-backups"])
+    with handle.control() as control:
+        answer = control.backup()
+        assert answer["created"] is False
+        assert control.backups() == []
+        assert not handle.runtime.backups_dir.exists() or not any(handle.runtime.backups_dir.iterdir())
+        wait_for(lambda: any(e["kind"] == "backup_skipped" for e in control.events()))
