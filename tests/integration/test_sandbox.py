@@ -176,3 +176,18 @@ def test_gateway_retries_hide_a_replica_kill_from_clients(sandbox_factory):
         killed = sum(1 for e in control.events() if e["kind"] == "replica_killed")
     assert outcome["ok"] > 0 and outcome["failed"] == 0
     assert killed == 2
+
+
+def test_replicas_die_with_a_killed_supervisor(sandbox_factory):
+    import os
+    import signal
+
+    from drillbook.sandbox import launcher
+
+    handle = sandbox_factory(tokens_per_second=0)
+    with handle.control() as control:
+        pids = [r["pid"] for s in control.status()["services"].values() for r in s["replicas"]]
+    os.kill(handle.pid, signal.SIGKILL)
+    handle.process.wait(10)
+    wait_for(lambda: not any(launcher._alive(pid) for pid in pids))
+    assert not launcher.is_running(handle.state_dir)
