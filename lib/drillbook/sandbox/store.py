@@ -16,14 +16,17 @@ import sqlite3
 import subprocess
 import threading
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from glob import glob
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, TypeVar
 
 from drillbook.errors import BackupError, StoreUnavailable, StoreUnreachable
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
+
+T = TypeVar("T")
 
 
 def utc_now_iso() -> str:
@@ -180,29 +183,124 @@ class StateStore(ABC):
         return info
 
 
-SCHEMA_SQLITE = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS turns (
-    session_id TEXT NOT NULL REFERENCES sessions(id),
-    seq INTEGER NOT NULL,
-    idempotency_key TEXT,
-    input TEXT NOT NULL,
-    output TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-"""
+def schema_sql(prefix: str) -> list[str]:
+    """The tables, with table names under prefix (empty for SQLite, the schema for PostgreSQL)."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {prefix}sessions (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            created_at TEXT NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {prefix}turns (
+            session_id TEXT NOT NULL REFERENCES {prefix}sessions(id),
+            seq INTEGER NOT NULL,
+            idempotency_key TEXT,
+            input TEXT NOT NULL,
+            output TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq))""",
+    ]
+
 
 TURN_COLUMNS = "session_id, seq, idempotency_key, input, output, prev_hash, hash, created_at"
 
 
-class SQLiteStore(StateStore):
+class SqlStore(StateStore):
+    """The session and turn operations, written once for both SQL engines.
+
+    Statements use ``?`` placeholders and ``{t}`` before table names; an engine says how to
+    spell both, how to open a connection, and how to open an append transaction that serialises
+    appends to one session.
+    """
+
+    placeholder = "?"
+    table_prefix = ""
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("{t}", self.table_prefix).replace("?", self.placeholder)
+
+    @abstractmethod
+    def _conn(self) -> Any: ...
+
+    @abstractmethod
+    def _engine_errors(self) -> tuple[type[BaseException], ...]: ...
+
+    @abstractmethod
+    def _append_transaction(self, conn: Any, session_id: str) -> AbstractContextManager[None]: ...
+
+    def _run(self, operation: Callable[..., T], *args: Any) -> T:
+        try:
+            return operation(self._conn(), *args)
+        except self._engine_errors() as error:
+            self._forget()
+            raise StoreUnavailable(f"state store error: {' '.join(str(error).split())}") from None
+
+    def _query(self, conn: Any, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        return list(conn.execute(self._sql(statement), params).fetchall())
+
+    def ping(self) -> None:
+        self._run(lambda conn: self._query(conn, "SELECT 1 FROM {t}sessions LIMIT 1"))
+
+    def create_session(self, tenant: str) -> Session:
+        session = Session(self._new_session_id(), tenant, utc_now_iso())
+        self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) VALUES (?, ?, ?)"),
+                                            (session.id, session.tenant, session.created_at)))
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        rows = self._run(lambda conn: self._query(conn, "SELECT id, tenant, created_at FROM {t}sessions WHERE id = ?",
+                                                  session_id))
+        return Session(*rows[0]) if rows else None
+
+    def turns(self, session_id: str) -> list[Turn]:
+        rows = self._run(lambda conn: self._query(
+            conn, f"SELECT {TURN_COLUMNS} FROM {{t}}turns WHERE session_id = ? ORDER BY seq", session_id))
+        return [Turn(*row) for row in rows]
+
+    def _find_turn(self, conn: Any, session_id: str, key: str) -> Turn | None:
+        rows = self._query(conn, f"SELECT {TURN_COLUMNS} FROM {{t}}turns WHERE session_id = ? AND idempotency_key = ? "
+                                 "ORDER BY seq LIMIT 1", session_id, key)
+        return Turn(*rows[0]) if rows else None
+
+    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
+        return self._run(self._find_turn, session_id, idempotency_key)
+
+    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        return self._run(self._append_turn, session_id, idempotency_key, text_in, text_out)
+
+    def _append_turn(self, conn: Any, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        with self._append_transaction(conn, session_id):
+            if self.idempotency and key is not None:
+                existing = self._find_turn(conn, session_id, key)
+                if existing is not None:
+                    return existing, True
+            last = self._query(conn, "SELECT seq, hash FROM {t}turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                               session_id)
+            seq, prev_hash = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS_HASH)
+            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
+                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
+            conn.execute(self._sql(f"INSERT INTO {{t}}turns ({TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                         tuple(turn.to_json().values()))
+            return turn, False
+
+    def counts(self) -> tuple[int, int]:
+        def count(conn: Any) -> tuple[int, int]:
+            sessions = self._query(conn, "SELECT count(*) FROM {t}sessions")[0][0]
+            turns = self._query(conn, "SELECT count(*) FROM {t}turns")[0][0]
+            return int(sessions), int(turns)
+
+        return self._run(count)
+
+    def _create_tables(self, conn: Any) -> None:
+        for statement in schema_sql(self.table_prefix):
+            conn.execute(statement)
+        unique = "UNIQUE " if self.idempotency else ""
+        conn.execute(self._sql(f"CREATE {unique}INDEX IF NOT EXISTS turns_idempotency "
+                               "ON {t}turns (session_id, idempotency_key)"))
+
+
+class SQLiteStore(SqlStore):
     """SQLite in WAL mode; every agent replica opens the same file.
 
     A connection is re-opened when the file at the path changes (after a restore), and every
@@ -215,11 +313,8 @@ class SQLiteStore(StateStore):
         super().__init__(idempotency=idempotency)
         self.path = Path(path)
 
-    def _open(self, path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        return conn
+    def _engine_errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.Error,)
 
     def _conn(self) -> sqlite3.Connection:
         try:
@@ -230,96 +325,30 @@ class SQLiteStore(StateStore):
         identity = (st.st_dev, st.st_ino)
         if getattr(self._local, "identity", None) != identity or getattr(self._local, "conn", None) is None:
             self._forget()
-            self._adopt(self._open(self.path))
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._adopt(conn)
             self._local.identity = identity
         return self._local.conn
 
-    def _run(self, operation: str, *args: Any) -> Any:
+    @contextmanager
+    def _append_transaction(self, conn: sqlite3.Connection, session_id: str) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")  # one writer at a time across all replicas
         try:
-            return getattr(self, "_" + operation)(self._conn(), *args)
-        except sqlite3.Error as error:
-            self._forget()
-            raise StoreUnavailable(f"state store error: {error}") from None
-
-    def ping(self) -> None:
-        self._run("ping")
-
-    def _ping(self, conn: sqlite3.Connection) -> None:
-        conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
-
-    def create_session(self, tenant: str) -> Session:
-        return self._run("create_session", tenant)
-
-    def _create_session(self, conn: sqlite3.Connection, tenant: str) -> Session:
-        session = Session(self._new_session_id(), tenant, utc_now_iso())
-        conn.execute("INSERT INTO sessions (id, tenant, created_at) VALUES (?, ?, ?)", (session.id, session.tenant, session.created_at))
-        return session
-
-    def get_session(self, session_id: str) -> Session | None:
-        return self._run("get_session", session_id)
-
-    def _get_session(self, conn: sqlite3.Connection, session_id: str) -> Session | None:
-        row = conn.execute("SELECT id, tenant, created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return Session(*row) if row else None
-
-    def turns(self, session_id: str) -> list[Turn]:
-        return self._run("turns", session_id)
-
-    def _turns(self, conn: sqlite3.Connection, session_id: str) -> list[Turn]:
-        rows = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,))
-        return [Turn(*row) for row in rows]
-
-    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
-        return self._run("find_turn", session_id, idempotency_key)
-
-    def _find_turn(self, conn: sqlite3.Connection, session_id: str, key: str) -> Turn | None:
-        row = conn.execute(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND idempotency_key = ? ORDER BY seq LIMIT 1",
-            (session_id, key),
-        ).fetchone()
-        return Turn(*row) if row else None
-
-    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
-        return self._run("append_turn", session_id, idempotency_key, text_in, text_out)
-
-    def _append_turn(self, conn: sqlite3.Connection, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if self.idempotency and key is not None:
-                existing = self._find_turn(conn, session_id, key)
-                if existing is not None:
-                    conn.execute("ROLLBACK")
-                    return existing, True
-            last = conn.execute(
-                "SELECT seq, hash FROM turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
-            ).fetchone()
-            seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
-                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
-            conn.execute(f"INSERT INTO turns ({TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", tuple(turn.to_json().values()))
-            conn.execute("COMMIT")
-            return turn, False
+            yield
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-
-    def counts(self) -> tuple[int, int]:
-        return self._run("counts")
-
-    def _counts(self, conn: sqlite3.Connection) -> tuple[int, int]:
-        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-        turns = conn.execute("SELECT count(*) FROM turns").fetchone()[0]
-        return sessions, turns
+        conn.execute("COMMIT")
 
     def init_schema(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(SCHEMA_SQLITE)
-            unique = "UNIQUE " if self.idempotency else ""
-            conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS turns_idempotency ON turns (session_id, idempotency_key)")
+            self._create_tables(conn)
         finally:
             conn.close()
 
@@ -328,11 +357,11 @@ class SQLiteStore(StateStore):
         backup_id = self._backup_id()
         partial = directory / f".{backup_id}.sqlite.partial"
         try:
-            source = self._conn()
             target = sqlite3.connect(partial)
             try:
-                source.backup(target)
-                sessions, turns = self._counts(target)
+                self._conn().backup(target)
+                sessions = target.execute("SELECT count(*) FROM sessions").fetchone()[0]
+                turns = target.execute("SELECT count(*) FROM turns").fetchone()[0]
             finally:
                 target.close()
         except sqlite3.Error as error:
@@ -361,30 +390,15 @@ class SQLiteStore(StateStore):
 
 
 PG_SCHEMA = "agent_state"
-SCHEMA_POSTGRES = f"""
-CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA};
-CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.sessions (
-    id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.turns (
-    session_id TEXT NOT NULL REFERENCES {PG_SCHEMA}.sessions(id),
-    seq INTEGER NOT NULL,
-    idempotency_key TEXT,
-    input TEXT NOT NULL,
-    output TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-"""
 
 
 def pg_tool(name: str) -> str:
     """Path of a PostgreSQL client program, preferring the newest Debian versioned install."""
-    versioned = sorted(glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(Path(p).parts[4]) if Path(p).parts[4].isdigit() else 0)
+    def version(path: str) -> int:
+        part = Path(path).parts[4]
+        return int(part) if part.isdigit() else 0
+
+    versioned = sorted(glob(f"/usr/lib/postgresql/*/bin/{name}"), key=version)
     if versioned:
         return versioned[-1]
     found = shutil.which(name)
@@ -406,14 +420,21 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v is not None})
 
 
-class PostgresStore(StateStore):
+class PostgresStore(SqlStore):
     """PostgreSQL, schema agent_state; backup and restore with pg_dump and pg_restore."""
 
     kind = "postgres"
+    placeholder = "%s"
+    table_prefix = f"{PG_SCHEMA}."
 
     def __init__(self, dsn: str, *, idempotency: bool = True) -> None:
         super().__init__(idempotency=idempotency)
         self.dsn = dsn
+
+    def _engine_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.Error,)
 
     def _conn(self) -> Any:
         import psycopg
@@ -423,18 +444,17 @@ class PostgresStore(StateStore):
             try:
                 conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
             except psycopg.Error as error:
-                raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: {str(error).strip()}") from None
+                raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: "
+                                       f"{' '.join(str(error).split())}") from None
             self._adopt(conn)
         return conn
 
-    def _run(self, operation: str, *args: Any) -> Any:
-        import psycopg
-
-        try:
-            return getattr(self, "_" + operation)(self._conn(), *args)
-        except psycopg.Error as error:
-            self._forget()
-            raise StoreUnavailable(f"state store error: {str(error).strip()}") from None
+    @contextmanager
+    def _append_transaction(self, conn: Any, session_id: str) -> Iterator[None]:
+        with conn.transaction():
+            # Locking the session row serialises appends to one session across replicas.
+            conn.execute(self._sql("SELECT id FROM {t}sessions WHERE id = ? FOR UPDATE"), (session_id,))
+            yield
 
     def check_reachable(self) -> None:
         """Raise StoreUnreachable (bad input) when the DSN cannot be connected to."""
@@ -443,83 +463,12 @@ class PostgresStore(StateStore):
         except StoreUnavailable as error:
             raise StoreUnreachable(str(error)) from None
 
-    def ping(self) -> None:
-        self._run("ping")
-
-    def _ping(self, conn: Any) -> None:
-        conn.execute(f"SELECT 1 FROM {PG_SCHEMA}.sessions LIMIT 1").fetchall()
-
-    def create_session(self, tenant: str) -> Session:
-        return self._run("create_session", tenant)
-
-    def _create_session(self, conn: Any, tenant: str) -> Session:
-        session = Session(self._new_session_id(), tenant, utc_now_iso())
-        conn.execute(f"INSERT INTO {PG_SCHEMA}.sessions (id, tenant, created_at) VALUES (%s, %s, %s)",
-                     (session.id, session.tenant, session.created_at))
-        return session
-
-    def get_session(self, session_id: str) -> Session | None:
-        return self._run("get_session", session_id)
-
-    def _get_session(self, conn: Any, session_id: str) -> Session | None:
-        row = conn.execute(f"SELECT id, tenant, created_at FROM {PG_SCHEMA}.sessions WHERE id = %s", (session_id,)).fetchone()
-        return Session(*row) if row else None
-
-    def turns(self, session_id: str) -> list[Turn]:
-        return self._run("turns", session_id)
-
-    def _turns(self, conn: Any, session_id: str) -> list[Turn]:
-        rows = conn.execute(f"SELECT {TURN_COLUMNS} FROM {PG_SCHEMA}.turns WHERE session_id = %s ORDER BY seq", (session_id,))
-        return [Turn(*row) for row in rows.fetchall()]
-
-    def find_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
-        return self._run("find_turn", session_id, idempotency_key)
-
-    def _find_turn(self, conn: Any, session_id: str, key: str) -> Turn | None:
-        row = conn.execute(
-            f"SELECT {TURN_COLUMNS} FROM {PG_SCHEMA}.turns WHERE session_id = %s AND idempotency_key = %s ORDER BY seq LIMIT 1",
-            (session_id, key),
-        ).fetchone()
-        return Turn(*row) if row else None
-
-    def append_turn(self, session_id: str, idempotency_key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
-        return self._run("append_turn", session_id, idempotency_key, text_in, text_out)
-
-    def _append_turn(self, conn: Any, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
-        with conn.transaction():
-            # Locking the session row serialises appends to one session across replicas.
-            conn.execute(f"SELECT id FROM {PG_SCHEMA}.sessions WHERE id = %s FOR UPDATE", (session_id,))
-            if self.idempotency and key is not None:
-                existing = self._find_turn(conn, session_id, key)
-                if existing is not None:
-                    return existing, True
-            last = conn.execute(
-                f"SELECT seq, hash FROM {PG_SCHEMA}.turns WHERE session_id = %s ORDER BY seq DESC LIMIT 1", (session_id,)
-            ).fetchone()
-            seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
-                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
-            conn.execute(f"INSERT INTO {PG_SCHEMA}.turns ({TURN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                         tuple(turn.to_json().values()))
-            return turn, False
-
-    def counts(self) -> tuple[int, int]:
-        return self._run("counts")
-
-    def _counts(self, conn: Any) -> tuple[int, int]:
-        sessions = conn.execute(f"SELECT count(*) FROM {PG_SCHEMA}.sessions").fetchone()[0]
-        turns = conn.execute(f"SELECT count(*) FROM {PG_SCHEMA}.turns").fetchone()[0]
-        return sessions, turns
-
     def init_schema(self) -> None:
         conn = self._conn()
         with conn.transaction():
             conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
-            for statement in SCHEMA_POSTGRES.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            unique = "UNIQUE " if self.idempotency else ""
-            conn.execute(f"CREATE {unique}INDEX turns_idempotency ON {PG_SCHEMA}.turns (session_id, idempotency_key)")
+            conn.execute(f"CREATE SCHEMA {PG_SCHEMA}")
+            self._create_tables(conn)
 
     def _tool_env_and_dsn(self) -> tuple[dict[str, str], str]:
         """Keep the password out of the command line (and so out of `ps`)."""
@@ -560,8 +509,7 @@ class PostgresStore(StateStore):
                   f"--dbname={dsn}", str(backup_path)], "pg_restore")
 
     def destroy(self) -> None:
-        conn = self._conn()
-        conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+        self._conn().execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
         self.close()
 
 
