@@ -58,6 +58,9 @@ class SandboxConfig(StrictModel):
     model_load_delay_s: Annotated[float, Field(ge=0, le=3600)] = Field(
         0.3, description="time from model server start to ready (simulated weight loading)"
     )
+    post_commit_delay_s: Annotated[float, Field(ge=0, le=60)] = Field(
+        0.0, description="time an agent spends after persisting a turn before answering (indexing it)"
+    )
     store: Literal["sqlite", "postgres"] = Field("sqlite", description="state store kind")
     dsn: str | None = Field(None, description="PostgreSQL DSN, required when store is postgres")
     tenants: list[str] = Field(["tenant-a", "tenant-b"], description="tenant names")
@@ -141,3 +144,50 @@ def default_pg_dsn() -> str | None:
 
 def running_in_ci() -> bool:
     return os.environ.get(ENV_CI, "").lower() in {"1", "true", "yes"}
+
+
+ENV_HOME = "DRILLBOOK_HOME"
+DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """'90', '90s', '2m', '1h30m', '1.5s' -> seconds; anything else is a ConfigError."""
+    match = DURATION.match(text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise ConfigError(f"invalid {what}: {text!r} (use for example 30s, 2m, 1h30m)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def project_root() -> Path:
+    """Where runbooks/, experiments/, loadtests/ and the rest live.
+
+    $DRILLBOOK_HOME if set; else the source tree this package was installed from (editable
+    installs); else the current directory.
+    """
+    configured = os.environ.get(ENV_HOME)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    source = Path(__file__).resolve().parents[2]
+    if (source / "loadtests").is_dir() and (source / "pyproject.toml").exists():
+        return source
+    return Path.cwd()
+
+
+class LoadOptions(StrictModel):
+    """How one Locust run is shaped and bounded."""
+
+    host: str = Field(description="base URL of the workload's gateway")
+    users: Annotated[int, Field(ge=1, le=100_000)] = 10
+    spawn_rate: Annotated[float, Field(gt=0)] = 10.0
+    run_time_s: Annotated[float, Field(gt=0, le=86_400)] = 30.0
+    stop_timeout_s: Annotated[float, Field(ge=0, le=600)] = 5.0
+    processes: Annotated[int, Field(ge=1, le=64)] = 1
+    env: dict[str, str] = Field(default_factory=dict, description="extra DRILLBOOK_* settings for the locustfile")
+
+    @field_validator("host")
+    @classmethod
+    def _http_url(cls, host: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", host):
+            raise ValueError(f"host must be an http(s) URL, got {host!r}")
+        return host.rstrip("/")

@@ -7,7 +7,8 @@ The tree::
     │   ├── ConfigError               a parameter or option fails validation (names the field)
     │   ├── PortInUse                 a port asked for is already bound on 127.0.0.1
     │   ├── SandboxAlreadyRunning     a second `sandbox up` on the same state dir
-    │   └── StoreUnreachable          a PostgreSQL DSN that cannot be connected to
+    │   ├── StoreUnreachable          a PostgreSQL DSN that cannot be connected to
+    │   └── TargetUnreachable         the workload's gateway does not accept connections
     ├── SandboxError                  the reference platform misbehaved
     │   ├── SandboxNotRunning         a command needs a running sandbox and there is none
     │   ├── SandboxStartFailed        a service did not become ready in time
@@ -15,7 +16,8 @@ The tree::
     ├── StoreError                    the state store failed an operation
     │   ├── StoreUnavailable          the store is gone (destroyed) or cannot be reached
     │   └── BackupError               a backup or restore did not complete
-    └── DeliveryError                 read-back shows acknowledged turns lost, duplicated or broken
+    ├── DeliveryError                 read-back shows acknowledged turns lost, duplicated or broken
+    └── LoadRunOverran                Locust outlived its bound and was killed (drillbook.load)
 
 The CLI catches DrillbookError at its edge and prints ``drillbook: <message>``; nothing else
 reaches the user as a traceback.
@@ -50,6 +52,10 @@ class SandboxAlreadyRunning(InvalidInput):
 
 class StoreUnreachable(InvalidInput):
     """The state store named by the user cannot be connected to."""
+
+
+class TargetUnreachable(InvalidInput):
+    """The workload's address does not accept connections."""
 
 
 class SandboxError(DrillbookError):

@@ -43,6 +43,13 @@ class AgentService:
         self.inference_url = ctx.runtime.gateway_url + INFERENCE_PATH
         self.internal_headers = {HEADER_INTERNAL_TOKEN: ctx.runtime.internal_token}
         self.http: aiohttp.ClientSession | None = None
+        # After persisting a turn the agent indexes it before answering; a replica killed in
+        # this window has applied the turn but never acknowledged it, so the client retries.
+        self.post_commit_delay = ctx.runtime.config.post_commit_delay_s
+
+    async def _after_commit(self) -> None:
+        if self.post_commit_delay > 0:
+            await asyncio.sleep(self.post_commit_delay)
 
     async def start(self, app: web.Application) -> None:
         self.http = aiohttp.ClientSession(
@@ -115,6 +122,7 @@ class AgentService:
         except InferenceUnavailable as error:
             return web.json_response({"error": f"inference unavailable: {error}"}, status=503)
         turn, replayed = await self._db(self.store.append_turn, session_id, key, text_in, text_out)
+        await self._after_commit()
         return web.json_response(ack(turn, replayed))
 
     async def _generate(self, tenant: str, prompt: str, max_tokens: Any) -> str:
@@ -154,6 +162,7 @@ class AgentService:
                 return web.json_response({"error": f"inference unavailable: {error}"}, status=503)
             raise
         turn, replayed = await self._db(self.store.append_turn, session_id, key, text_in, " ".join(tokens))
+        await self._after_commit()
         if response is None:
             return await self._respond(request, ack(turn, replayed), True, replay_tokens="")
         await response.write((json.dumps({"ack": ack(turn, replayed)}) + "\n").encode())

@@ -1,0 +1,276 @@
+"""Locust as a bounded subprocess, and its results as pandas.
+
+Locust is never imported here (it monkey-patches with gevent); it runs as
+``python -m locust`` in its own process group, and a run that outlives its bound (run time +
+stop timeout + a start-up margin) is killed with all its children and reported as overran.
+Totals come from Locust's JSON (exact); per-second and per-phase latency percentiles come from
+the request log the drillbook locustfiles write (float milliseconds), and whole-run percentiles
+per request name from Locust's own response-time histogram.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from drillbook.config import LoadOptions, project_root
+from drillbook.delivery import Receipt, read_receipts
+from drillbook.errors import ConfigError, DrillbookError
+
+STARTUP_MARGIN_S = 30.0
+REQUEST_LOG_COLUMNS = ["t", "name", "ms", "ok", "error"]
+
+
+class LoadRunOverran(DrillbookError):
+    """Locust did not finish within its bound and was killed."""
+
+
+PROFILE_SETTINGS = {
+    # --set name: the environment variable the drillbook locustfiles read
+    "think-time": "DRILLBOOK_THINK_TIME", "max-tokens": "DRILLBOOK_MAX_TOKENS",
+    "victim-tenant": "DRILLBOOK_VICTIM_TENANT", "aggressor-tenant": "DRILLBOOK_AGGRESSOR_TENANT",
+    "victim-users": "DRILLBOOK_VICTIM_USERS", "aggressor-users": "DRILLBOOK_AGGRESSOR_USERS",
+    "aggressor-tokens": "DRILLBOOK_AGGRESSOR_TOKENS", "baseline": "DRILLBOOK_BASELINE_S",
+    "burst": "DRILLBOOK_BURST_S", "recovery": "DRILLBOOK_RECOVERY_S",
+}
+PHASE_SETTINGS = ("baseline", "burst", "recovery")
+
+
+def locustfile_for(profile: str) -> Path:
+    """A profile name from loadtests/ (dashes or underscores), or a path to a locustfile."""
+    candidate = Path(profile)
+    if candidate.suffix == ".py" and candidate.is_file():
+        return candidate.resolve()
+    folder = project_root() / "loadtests"
+    named = folder / (profile.replace("-", "_") + ".py")
+    if named.is_file():
+        return named
+    known = sorted(p.stem.replace("_", "-") for p in folder.glob("*.py")) if folder.is_dir() else []
+    raise ConfigError(f"unknown load profile {profile!r}; known: {', '.join(known) or 'none found'} "
+                      f"(or give a path to a locustfile)")
+
+
+def profile_env(settings: dict[str, str], run_time_s: float) -> dict[str, str]:
+    """Environment for the locustfile from --set name=value; phases default to thirds of the run."""
+    unknown = sorted(set(settings) - set(PROFILE_SETTINGS))
+    if unknown:
+        raise ConfigError(f"unknown load setting {unknown[0]!r}; known: {', '.join(PROFILE_SETTINGS)}")
+    env = {PROFILE_SETTINGS[name]: value for name, value in settings.items()}
+    for name in PHASE_SETTINGS:
+        env.setdefault(PROFILE_SETTINGS[name], f"{run_time_s / 3:g}")
+    return env
+
+
+def histogram_percentile(histogram: dict[str, int] | dict[int, int], quantile: float) -> float:
+    """Percentile from Locust's response-time histogram ({rounded ms: count}), as Locust computes it."""
+    counts = sorted((float(ms), count) for ms, count in histogram.items())
+    total = sum(count for _, count in counts)
+    if total == 0:
+        return math.nan
+    needed = max(1, math.ceil(quantile * total))
+    seen = 0
+    for ms, count in counts:
+        seen += count
+        if seen >= needed:
+            return ms
+    return counts[-1][0]
+
+
+@dataclass
+class LoadResult:
+    """One finished load run: exact totals, series, phases, errors, receipts and the raw files."""
+
+    out_dir: Path
+    exit_code: int | None
+    overran: bool
+    wall_s: float
+    stats: pd.DataFrame  # per request name, from Locust's JSON
+    per_second: pd.DataFrame  # index: second (UTC); requests, failures, p50_ms, p95_ms, p99_ms
+    requests: pd.DataFrame  # the request log: t, name, ms, ok, error
+    phases: pd.DataFrame  # phase, start, end (epoch seconds)
+    receipts: list[Receipt] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def total_requests(self) -> int:
+        return int(self.stats["requests"].sum()) if len(self.stats) else 0
+
+    @property
+    def total_failures(self) -> int:
+        return int(self.stats["failures"].sum()) if len(self.stats) else 0
+
+    def errors(self) -> pd.DataFrame:
+        """Failed requests counted by error type."""
+        failed = self.requests[~self.requests["ok"]]
+        counts = failed.groupby("error").size().rename("count").sort_values(ascending=False)
+        return counts.reset_index()
+
+    def by_phase(self, names: list[str] | None = None) -> pd.DataFrame:
+        """Requests, error rate and exact p50/p95/p99 per phase and request name."""
+        if self.phases.empty:
+            return pd.DataFrame(columns=["phase", "name", "requests", "failures", "error_rate",
+                                         "p50_ms", "p95_ms", "p99_ms"])
+        rows = []
+        for phase in self.phases.itertuples():
+            window = self.requests[(self.requests["t"] >= phase.start) & (self.requests["t"] < phase.end)]
+            if names is not None:
+                window = window[window["name"].isin(names)]
+            for name, group in window.groupby("name"):
+                rows.append(summarise(group, phase=phase.phase, name=name))
+        return pd.DataFrame(rows)
+
+    def window(self, start: float, end: float, names: list[str] | None = None) -> dict[str, float]:
+        """Requests, error rate and percentiles of the requests started in [start, end)."""
+        window = self.requests[(self.requests["t"] >= start) & (self.requests["t"] < end)]
+        if names is not None:
+            window = window[window["name"].isin(names)]
+        return summarise(window)
+
+
+def summarise(requests: pd.DataFrame, **labels: object) -> dict:
+    count = len(requests)
+    failures = int((~requests["ok"]).sum()) if count else 0
+    ms = requests["ms"]
+    return {**labels, "requests": count, "failures": failures,
+            "error_rate": failures / count if count else math.nan,
+            "p50_ms": float(ms.quantile(0.50)) if count else math.nan,
+            "p95_ms": float(ms.quantile(0.95)) if count else math.nan,
+            "p99_ms": float(ms.quantile(0.99)) if count else math.nan}
+
+
+def read_stats(json_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-name totals with histogram percentiles, and per-second requests/failures, from Locust's JSON."""
+    entries = json.loads(json_path.read_text()) if json_path.exists() else []
+    rows, per_second = [], []
+    for entry in entries:
+        histogram = entry["response_times"]
+        rows.append({"name": entry["name"], "method": entry["method"], "requests": entry["num_requests"],
+                     "failures": entry["num_failures"],
+                     "p50_ms": histogram_percentile(histogram, 0.50), "p95_ms": histogram_percentile(histogram, 0.95),
+                     "p99_ms": histogram_percentile(histogram, 0.99),
+                     "max_ms": entry["max_response_time"] or math.nan})
+        for second, count in entry["num_reqs_per_sec"].items():
+            per_second.append({"second": int(second), "requests": count, "failures": 0})
+        for second, count in entry["num_fail_per_sec"].items():
+            per_second.append({"second": int(second), "requests": 0, "failures": count})
+    stats = pd.DataFrame(rows, columns=["name", "method", "requests", "failures", "p50_ms", "p95_ms", "p99_ms",
+                                        "max_ms"])
+    seconds = pd.DataFrame(per_second, columns=["second", "requests", "failures"])
+    seconds = seconds.groupby("second").sum() if len(seconds) else seconds.set_index("second")
+    return stats, seconds
+
+
+def read_request_log(paths: list[Path]) -> pd.DataFrame:
+    frames = [pd.read_csv(path, names=REQUEST_LOG_COLUMNS, header=None, keep_default_na=False,
+                          dtype={"name": str, "error": str}) for path in paths if path.stat().st_size]
+    if not frames:
+        return pd.DataFrame({"t": pd.Series(dtype=float), "name": pd.Series(dtype=str),
+                             "ms": pd.Series(dtype=float), "ok": pd.Series(dtype=bool),
+                             "error": pd.Series(dtype=str)})
+    log = pd.concat(frames, ignore_index=True).sort_values("t", ignore_index=True)
+    log["ok"] = log["ok"].astype(bool)
+    return log
+
+
+def read_phases(path: Path, run_end: float) -> pd.DataFrame:
+    if not path.exists():
+        return pd.DataFrame(columns=["phase", "start", "end"])
+    marks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for index, mark in enumerate(marks):
+        if mark["phase"] == "done":
+            continue
+        end = marks[index + 1]["started"] if index + 1 < len(marks) else run_end
+        rows.append({"phase": mark["phase"], "start": mark["started"], "end": end})
+    return pd.DataFrame(rows, columns=["phase", "start", "end"])
+
+
+def latency_per_second(log: pd.DataFrame) -> pd.DataFrame:
+    if log.empty:
+        return pd.DataFrame(columns=["p50_ms", "p95_ms", "p99_ms"])
+    grouped = log.assign(second=log["t"].astype(int)).groupby("second")["ms"]
+    return pd.DataFrame({"p50_ms": grouped.quantile(0.50), "p95_ms": grouped.quantile(0.95),
+                         "p99_ms": grouped.quantile(0.99)})
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    for signum, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if signum == signal.SIGTERM:
+            try:  # children of locust (workers, anything a locustfile started) go too
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return
+
+
+def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path) -> list[str]:
+    argv = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", options.host,
+            "-u", str(options.users), "-r", str(options.spawn_rate), "-t", f"{options.run_time_s:g}s",
+            "--stop-timeout", f"{options.stop_timeout_s:g}", "--csv", str(out_dir / "locust"),
+            "--csv-full-history", "--json-file", str(out_dir / "locust"), "--only-summary",
+            "--logfile", str(out_dir / "locust.log"), "--exit-code-on-error", "1"]
+    if options.processes > 1:
+        argv += ["--processes", str(options.processes)]
+    return argv
+
+
+def run_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
+             progress: Callable[[float, float], None] | None = None) -> LoadResult:
+    """Run Locust within its bound and collect everything it wrote into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **options.env,
+           "DRILLBOOK_TENANT_KEYS": ",".join(f"{tenant}={key}" for tenant, key in tenant_keys.items()),
+           "DRILLBOOK_LOAD_OUT": str(out_dir)}
+    bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S
+    started = time.time()
+    overran = False
+    with open(out_dir / "locust.stdout.log", "wb") as console:
+        process = subprocess.Popen(locust_command(options, locustfile, out_dir), env=env, stdin=subprocess.DEVNULL,
+                                   stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while process.poll() is None:
+                if time.time() - started > bound:
+                    overran = True
+                    break
+                if progress is not None:
+                    progress(time.time() - started, options.run_time_s)
+                time.sleep(0.1)
+        finally:
+            _kill_group(process)  # always: nothing Locust started outlives the run
+    wall = time.time() - started
+    if overran:
+        raise LoadRunOverran(f"locust ran past its bound of {bound:.0f}s and was killed with its children; "
+                             f"see {out_dir / 'locust.log'}")
+    return collect(out_dir, process.returncode, wall)
+
+
+def collect(out_dir: Path, exit_code: int | None, wall_s: float) -> LoadResult:
+    stats, seconds = read_stats(out_dir / "locust.json")
+    log = read_request_log(sorted(out_dir.glob("requests-*.csv")))
+    per_second = seconds.join(latency_per_second(log), how="outer").fillna({"requests": 0, "failures": 0})
+    if len(per_second):
+        per_second.index = pd.to_datetime(per_second.index, unit="s", utc=True)
+        per_second.index.name = "second"
+    run_end = float(log["t"].max()) + 1 if len(log) else time.time()
+    phases = read_phases(out_dir / "phases.jsonl", run_end)
+    receipts = read_receipts(sorted(out_dir.glob("receipts-*.jsonl")))
+    files = sorted(p for p in out_dir.iterdir() if p.is_file())
+    return LoadResult(out_dir, exit_code, False, wall_s, stats, per_second, log, phases, receipts, files)

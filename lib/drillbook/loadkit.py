@@ -1,0 +1,220 @@
+"""What locustfiles build on: the agent-client User, its options, receipts and the request log.
+
+Imported only inside a Locust process (it imports locust, which monkey-patches with gevent);
+never import it in a notebook kernel or in drillbook's own process. Each Locust process writes
+into the folder given by ``--drillbook-out``:
+
+- ``receipts-<pid>.jsonl``: every acknowledged turn ``{session_id, tenant, seq, hash, ...}``,
+  which the delivery audit later checks against what the workload stored;
+- ``requests-<pid>.csv``: one line per request (start epoch, name, milliseconds as a float,
+  ok, error), from which exact per-second and per-phase percentiles are computed;
+- ``phases.jsonl`` (from a load shape): when each phase began.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+import gevent
+from locust import FastHttpUser, events
+from locust.env import Environment
+
+from drillbook.targets_access import parse_tenant_keys
+
+TURN_RETRIES = 5
+RETRYABLE_STATUS = {0, 429, 502, 503, 504}
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    group = parser  # locust's own parser: only it knows is_secret
+    group.add_argument("--tenant-keys", env_var="DRILLBOOK_TENANT_KEYS", default="", is_secret=True,
+                       help="tenant=key pairs, comma separated")
+    group.add_argument("--drillbook-out", env_var="DRILLBOOK_LOAD_OUT", default="",
+                       help="folder for receipts, request log and phases")
+    group.add_argument("--think-time", env_var="DRILLBOOK_THINK_TIME", type=float, default=0.5,
+                       help="seconds between an agent session's turns")
+    group.add_argument("--max-tokens", env_var="DRILLBOOK_MAX_TOKENS", type=int, default=0,
+                       help="tokens per turn; 0 leaves it to the workload")
+    group.add_argument("--victim-tenant", env_var="DRILLBOOK_VICTIM_TENANT", default="")
+    group.add_argument("--aggressor-tenant", env_var="DRILLBOOK_AGGRESSOR_TENANT", default="")
+    group.add_argument("--victim-users", env_var="DRILLBOOK_VICTIM_USERS", type=int, default=4)
+    group.add_argument("--aggressor-users", env_var="DRILLBOOK_AGGRESSOR_USERS", type=int, default=16)
+    group.add_argument("--aggressor-tokens", env_var="DRILLBOOK_AGGRESSOR_TOKENS", type=int, default=64)
+    group.add_argument("--baseline-s", env_var="DRILLBOOK_BASELINE_S", type=float, default=10.0)
+    group.add_argument("--burst-s", env_var="DRILLBOOK_BURST_S", type=float, default=10.0)
+    group.add_argument("--recovery-s", env_var="DRILLBOOK_RECOVERY_S", type=float, default=10.0)
+
+
+class Recorder:
+    """This process's receipt and request-log files."""
+
+    def __init__(self) -> None:
+        self.receipts: TextIO | None = None
+        self.requests: TextIO | None = None
+        self.out: Path | None = None
+
+    def open(self, out: str) -> None:
+        if not out or self.receipts is not None:
+            return
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        pid = os.getpid()
+        self.receipts = open(self.out / f"receipts-{pid}.jsonl", "a", encoding="utf-8")
+        self.requests = open(self.out / f"requests-{pid}.csv", "a", encoding="utf-8")
+
+    def receipt(self, record: dict[str, Any]) -> None:
+        if self.receipts is not None:
+            self.receipts.write(json.dumps(record) + "\n")
+
+    def request(self, start: float, name: str, millis: float, ok: bool, error: str) -> None:
+        if self.requests is not None:
+            self.requests.write(f"{start:.6f},{name},{millis:.3f},{int(ok)},{error}\n")
+
+    def phase(self, name: str, started: float) -> None:
+        if self.out is not None:
+            with open(self.out / "phases.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"phase": name, "started": started}) + "\n")
+
+    def flush(self) -> None:
+        for handle in (self.receipts, self.requests):
+            if handle is not None:
+                handle.flush()
+
+
+recorder = Recorder()
+
+
+@events.init.add_listener
+def _open_files(environment: Environment, **_: Any) -> None:
+    if environment.parsed_options is not None:
+        recorder.open(environment.parsed_options.drillbook_out)
+
+
+@events.request.add_listener
+def _log_request(request_type: str, name: str, response_time: float, exception: BaseException | None = None,
+                 start_time: float | None = None, **_: Any) -> None:
+    started = start_time if start_time is not None else time.time() - response_time / 1000
+    error = "" if exception is None else type(exception).__name__ + ":" + str(exception).replace(",", ";")[:80]
+    recorder.request(started, name, response_time, exception is None, error.replace("\n", " "))
+
+
+@events.test_stop.add_listener
+def _flush_on_stop(**_: Any) -> None:
+    recorder.flush()
+
+
+@events.quitting.add_listener
+def _flush_on_quit(**_: Any) -> None:
+    recorder.flush()
+
+
+_tenant_cycle: dict[str, itertools.cycle[str]] = {}
+
+
+class AgentClientUser(FastHttpUser):
+    """An agent client: one session, turns with idempotency keys, retries with the same key,
+    and a receipt for every acknowledged ``{seq, hash}``.
+
+    Subclasses set ``tenant_option`` to pin a tenant (by option name), or leave it None to
+    spread users over every tenant in ``--tenant-keys``.
+    """
+
+    abstract = True
+    tenant_option: str | None = None
+    sessions_path = "/v1/sessions"
+
+    tenant: str
+    session_id: str | None = None
+
+    def _pick_tenant(self) -> tuple[str, str]:
+        options = self.environment.parsed_options
+        keys = parse_tenant_keys(options.tenant_keys)
+        if not keys:
+            raise RuntimeError("no tenant keys: set --tenant-keys or DRILLBOOK_TENANT_KEYS")
+        pinned = getattr(options, self.tenant_option) if self.tenant_option else ""
+        if pinned:
+            return pinned, keys[pinned]
+        cycle = _tenant_cycle.setdefault("all", itertools.cycle(sorted(keys)))
+        name = next(cycle)
+        return name, keys[name]
+
+    def on_start(self) -> None:
+        self.tenant, key = self._pick_tenant()
+        self.auth = {"Authorization": f"Bearer {key}"}
+        self.session_id = None
+        self.turn_index = 0
+        for attempt in range(TURN_RETRIES):
+            with self.client.post(self.sessions_path, headers=self.auth, name="open session",
+                                  catch_response=True) as response:
+                if response.status_code == 201:
+                    self.session_id = response.json()["session_id"]
+                    return
+                response.failure(f"open session: HTTP {response.status_code}")
+            gevent.sleep(min(2.0, 0.1 * 2 ** attempt))
+
+    def run_turn(self, max_tokens: int = 0, name: str = "turn") -> None:
+        """One turn, retried with the same idempotency key until acknowledged or out of attempts."""
+        if self.session_id is None:
+            self.on_start()
+            if self.session_id is None:
+                return
+        self.turn_index += 1
+        key = uuid.uuid4().hex
+        body: dict[str, Any] = {"input": f"turn {self.turn_index} of {self.session_id}"}
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        path = f"{self.sessions_path}/{self.session_id}/turns"
+        for attempt in range(1, TURN_RETRIES + 1):
+            with self.client.post(path, json=body, headers={**self.auth, "Idempotency-Key": key}, name=name,
+                                  catch_response=True) as response:
+                if response.status_code == 200:
+                    ack = response.json()
+                    recorder.receipt({"session_id": self.session_id, "tenant": self.tenant, "seq": ack["seq"],
+                                      "hash": ack["hash"], "idempotency_key": key, "attempts": attempt,
+                                      "acked_at": time.time()})
+                    return
+                response.failure(f"HTTP {response.status_code}")
+                if response.status_code not in RETRYABLE_STATUS:
+                    return
+            gevent.sleep(min(2.0, 0.05 * 2 ** attempt))
+
+
+_started_at: list[float] = []
+
+
+@events.test_start.add_listener
+def _mark_start(**_: Any) -> None:
+    _started_at[:] = [time.time()]
+
+
+def elapsed() -> float:
+    """Seconds since this process saw the test start."""
+    return time.time() - _started_at[0] if _started_at else 0.0
+
+
+def noisy_phase(options: Any, seconds: float) -> str:
+    """baseline, burst, recovery or done, from the phase lengths in the options."""
+    for name, end in (("baseline", options.baseline_s),
+                      ("burst", options.baseline_s + options.burst_s),
+                      ("recovery", options.baseline_s + options.burst_s + options.recovery_s)):
+        if seconds < end:
+            return name
+    return "done"
+
+
+class PhasedShape:
+    """Mixin for load shapes: record each phase's start once, as the shape moves through them."""
+
+    _current_phase: str | None = None
+
+    def enter_phase(self, name: str) -> None:
+        if name != self._current_phase:
+            self._current_phase = name
+            recorder.phase(name, time.time())

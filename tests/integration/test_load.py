@@ -1,0 +1,187 @@
+"""Locust against the real sandbox through drillbook.load, and the delivery audit on what it stored."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from drillbook.config import LoadOptions
+from drillbook.delivery import ReferenceVerifier, audit_delivery
+from drillbook.load import LoadRunOverran, locustfile_for, profile_env, run_load
+from drillbook.sandbox.launcher import _alive
+
+pytestmark = pytest.mark.integration
+
+
+def audit(handle, result):
+    verifier = ReferenceVerifier(handle.gateway_url, handle.tenant_keys)
+    try:
+        return audit_delivery(result.receipts, verifier)
+    finally:
+        verifier.close()
+
+
+def sessions_load(handle, out: Path, seconds: float = 4, users: int = 6, think: str = "0.05"):
+    options = LoadOptions(host=handle.gateway_url, users=users, spawn_rate=50, run_time_s=seconds,
+                          stop_timeout_s=5, env={"DRILLBOOK_THINK_TIME": think})
+    return run_load(options, locustfile_for("agent-sessions"), handle.tenant_keys, out)
+
+
+def test_a_short_run_has_consistent_totals_and_delivers_everything(sandbox, tmp_path):
+    result = sessions_load(sandbox, tmp_path / "load")
+    assert result.exit_code == 0 and not result.overran
+    assert result.total_requests > 20 and result.total_failures == 0
+    # JSON totals equal the sum of Locust's own per-second histogram...
+    assert int(result.per_second["requests"].sum()) == result.total_requests
+    # ...and the request log drillbook's locustfiles write has every request.
+    assert len(result.requests) == result.total_requests
+    assert result.per_second["p95_ms"].notna().sum() >= 3
+    turns = result.stats.set_index("name").loc["turn"]
+    assert 0 < turns["p50_ms"] <= turns["p95_ms"] <= turns["p99_ms"]
+    assert len(result.receipts) == turns["requests"]
+    report = audit(sandbox, result)
+    assert report.ok and report.acknowledged == len(result.receipts) and len(report.sessions) == 6
+    names = {p.name for p in result.files}
+    assert {"locust.json", "locust_stats_history.csv"} <= names
+    assert any(n.startswith("receipts-") for n in names) and any(n.startswith("requests-") for n in names)
+
+
+def test_the_audit_finds_turns_deleted_behind_the_gateways_back(sandbox, tmp_path):
+    result = sessions_load(sandbox, tmp_path / "load", seconds=3)
+    victim = result.receipts[len(result.receipts) // 2]
+    with sqlite3.connect(sandbox.runtime.store_path) as db:
+        db.execute("DELETE FROM turns WHERE session_id = ? AND seq = ?", (victim.session_id, victim.seq))
+    report = audit(sandbox, result)
+    assert not report.ok
+    assert report.lost == 1
+    damaged = next(s for s in report.sessions if s.session_id == victim.session_id)
+    assert damaged.lost == [victim.seq]
+
+
+def kill_agents_during(handle, seconds: float, kills: int) -> threading.Thread:
+    def chaos() -> None:
+        with handle.control() as control:
+            for _ in range(kills):
+                time.sleep(seconds / (kills + 1))
+                control.kill("agent", count=1, signal="SIGKILL")
+
+    thread = threading.Thread(target=chaos)
+    thread.start()
+    return thread
+
+
+def test_killing_replicas_loses_nothing_with_idempotency(sandbox_factory, tmp_path):
+    handle = sandbox_factory(agents=2, tokens_per_second=0, post_commit_delay_s=0.15)
+    chaos = kill_agents_during(handle, 5, kills=2)
+    result = sessions_load(handle, tmp_path / "load", seconds=5, users=12, think="0")
+    chaos.join()
+    report = audit(handle, result)
+    assert report.ok, report.summary()
+    assert report.acknowledged > 50
+
+
+def test_the_audit_finds_duplicates_when_idempotency_is_off_and_replicas_die(sandbox_factory, tmp_path):
+    handle = sandbox_factory(agents=2, tokens_per_second=0, post_commit_delay_s=0.15, defects=["no-idempotency"])
+    chaos = kill_agents_during(handle, 5, kills=2)
+    result = sessions_load(handle, tmp_path / "load", seconds=5, users=12, think="0")
+    chaos.join()
+    report = audit(handle, result)
+    assert not report.ok
+    assert report.duplicated > 0
+
+
+def test_noisy_tenant_records_phases_and_per_phase_percentiles(sandbox_factory, tmp_path):
+    handle = sandbox_factory(gpu_slots=2, tokens_per_second=200, max_tokens=4)
+    env = profile_env({"victim-tenant": "tenant-a", "aggressor-tenant": "tenant-b", "victim-users": "2",
+                       "aggressor-users": "6", "aggressor-tokens": "20"}, 6)
+    options = LoadOptions(host=handle.gateway_url, users=8, spawn_rate=80, run_time_s=6, stop_timeout_s=3, env=env)
+    result = run_load(options, locustfile_for("noisy-tenant"), handle.tenant_keys, tmp_path / "load")
+    assert list(result.phases["phase"]) == ["baseline", "burst", "recovery"]
+    phases = result.by_phase(["turn victim", "turn aggressor"]).set_index(["phase", "name"])
+    assert phases.loc[("baseline", "turn victim"), "requests"] > 0
+    assert phases.loc[("burst", "turn aggressor"), "requests"] > 0
+    assert ("baseline", "turn aggressor") not in phases.index  # aggressors idle outside the burst
+    assert audit(handle, result).ok
+
+
+def test_a_run_past_its_bound_is_killed_with_its_children(tmp_path, monkeypatch):
+    import drillbook.load as load
+
+    marker = tmp_path / "child.pid"
+    locustfile = tmp_path / "hangs.py"
+    locustfile.write_text(textwrap.dedent(f"""
+        import subprocess
+        from locust import HttpUser, events, task, constant
+
+        @events.quitting.add_listener
+        def hang(**_):
+            child = subprocess.Popen(["sleep", "300"])
+            open({str(marker)!r}, "w").write(str(child.pid))
+            child.wait()
+
+        class Idle(HttpUser):
+            wait_time = constant(1)
+            @task
+            def nothing(self):
+                pass
+    """))
+    monkeypatch.setattr(load, "STARTUP_MARGIN_S", 3.0)
+    options = LoadOptions(host="http://127.0.0.1:9", users=1, run_time_s=1, stop_timeout_s=0)
+    started = time.monotonic()
+    with pytest.raises(LoadRunOverran, match="killed"):
+        run_load(options, locustfile, {"t": "k"}, tmp_path / "load")
+    assert time.monotonic() - started < 30
+    child = int(marker.read_text())
+    assert not _alive(child)
+
+
+def drillbook(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(state), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "drillbook", *args], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["agent-sessions", "--users", "0"], "invalid users"),
+        (["no-such-profile"], "unknown load profile"),
+        (["agent-sessions", "--duration", "soon"], "invalid --duration"),
+        (["agent-sessions", "--set", "colour=blue"], "unknown load setting"),
+        (["agent-sessions"], "no sandbox is running"),
+        (["agent-sessions", "--target", "url", "--host", "http://127.0.0.1:9"], "DRILLBOOK_TENANT_KEYS"),
+    ],
+)
+def test_bad_load_options_are_one_line_and_exit_2(tmp_path, args, expected):
+    result = drillbook("load", *args, "--out", str(tmp_path / "out"), state=tmp_path / "state")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_host_is_refused(tmp_path):
+    env_keys = {"DRILLBOOK_TENANT_KEYS": "t=k"}
+    os.environ.update(env_keys)
+    try:
+        result = drillbook("load", "agent-sessions", "--target", "url", "--host", "http://127.0.0.1:9",
+                           "--out", str(tmp_path / "out"), state=tmp_path / "state")
+    finally:
+        os.environ.pop("DRILLBOOK_TENANT_KEYS")
+    assert result.returncode == 2 and "cannot reach http://127.0.0.1:9" in result.stderr
+
+
+def test_load_command_prints_a_summary_and_writes_the_files(sandbox, tmp_path):
+    result = drillbook("load", "agent-sessions", "--users", "3", "--duration", "3s", "--set", "think-time=0.1",
+                       "--out", str(tmp_path / "out"), state=sandbox.state_dir)
+    assert result.returncode == 0, result.stderr
+    assert "delivered True" in result.stdout and "lost 0" in result.stdout
+    assert (tmp_path / "out" / "load-summary.json").exists()
