@@ -134,27 +134,39 @@ def sandbox_smoke(
     sessions: int = typer.Option(4, min=1, max=1000, help="Sessions to open."),
     turns: int = typer.Option(6, min=2, max=1000, help="Turns per session."),
     state: Optional[Path] = StateDirOption,
+    results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundle."),
 ) -> None:
-    """Drive sessions through the sandbox, kill an agent replica midway, and verify every turn.
+    """Drive sessions through the sandbox, kill an agent replica midway, verify every turn, keep evidence.
 
     Starts a sandbox when none is running and stops it again afterwards.
     """
-    from drillbook.config import SandboxConfig as Config
+    from drillbook.config import SandboxConfig as Config, project_root, results_dir, signing_key
+    from drillbook.evidence import BundleWriter
     from drillbook.sandbox import launcher
-    from drillbook.sandbox.smoke import run_smoke
+    from drillbook.sandbox.smoke import run_smoke, smoke_summary
 
     directory = state_dir(state)
     handle = launcher.find(directory)
     started_here = handle is None
+    say = lambda line: err_console.print(f"[dim]…[/] {line}")  # noqa: E731
     if handle is None:
-        err_console.print(f"[dim]…[/] starting a sandbox on {directory}")
-        handle = launcher.start(Config(), directory, progress=lambda line: err_console.print(f"[dim]…[/] {line}"))
-    try:
-        result = run_smoke(handle, sessions, turns, progress=lambda line: err_console.print(f"[dim]…[/] {line}"))
-    finally:
-        if started_here:
-            launcher.stop(directory, handle=handle)
-            err_console.print("[dim]…[/] sandbox stopped")
+        say(f"starting a sandbox on {directory}")
+        handle = launcher.start(Config(), directory, progress=say)
+    runtime = handle.runtime
+    secrets = [*runtime.tenant_keys.values(), runtime.control_token, runtime.internal_token]
+    with BundleWriter(results_dir(results), "sandbox-smoke", "sandbox", {"sessions": sessions, "turns": turns},
+                      secrets=secrets, signing_key=signing_key(), project_root=project_root()) as bundle:
+        try:
+            bundle.event("smoke_started", gateway=handle.gateway_url)
+            result = run_smoke(handle, sessions, turns, progress=say)
+            bundle.event("smoke_finished", acknowledged=result.acknowledged)
+        finally:
+            if started_here:
+                launcher.stop(directory, handle=handle)
+                say("sandbox stopped")
+        summary = smoke_summary(result)
+        bundle.write_json("summary.json", summary.to_json())
+        bundle.write_text("sandbox/events.jsonl", "".join(json.dumps(e) + "\n" for e in result.events))
     table = Table(title="sandbox smoke", show_header=False)
     table.add_row("sessions", str(result.sessions))
     table.add_row("turns acknowledged", str(result.acknowledged))
@@ -162,85 +174,111 @@ def sandbox_smoke(
     table.add_row("lost / duplicated", f"{result.lost} / {result.duplicated}")
     table.add_row("broken hash chains", str(result.broken_chains))
     table.add_row("replicas killed", ", ".join(result.killed) or "none")
+    recovery = f"{result.replica_recovery_s:.2f}s" if result.replica_recovery_s is not None else "not measured"
+    table.add_row("killed replica ready again after", recovery)
     table.add_row("cross-tenant read refused", "yes" if result.cross_tenant_refused else "NO")
     table.add_row("client errors", str(len(result.errors)))
     table.add_row("verdict", "[green]PASS[/]" if result.passed else "[red]FAIL[/]")
+    table.add_row("evidence", str(bundle.path))
     console.print(table)
     if not result.passed:
         raise DrillbookError("smoke failed: " + (result.errors[0] if result.errors else "delivery check failed"))
 
 
-@app.command("load")
-def load_command(
-    profile: str = typer.Argument(..., help="Load profile from loadtests/ (agent-sessions, noisy-tenant) or a locustfile path."),
-    out: Path = typer.Option(..., "--out", help="Folder for Locust's raw files, receipts and the summary."),
-    target: str = typer.Option("sandbox", help="Where the workload runs: sandbox (the running one) or url."),
-    host: Optional[str] = typer.Option(None, help="Gateway URL when --target url; keys from DRILLBOOK_TENANT_KEYS."),
-    users: int = typer.Option(10, help="Concurrent users (agent sessions)."),
-    spawn_rate: float = typer.Option(10.0, help="Users started per second."),
-    duration: str = typer.Option("30s", help="How long the load runs (30s, 2m, ...)."),
-    stop_timeout: str = typer.Option("5s", help="Grace for in-flight turns at the end."),
-    processes: int = typer.Option(1, help="Locust processes (--processes)."),
-    setting: list[str] = typer.Option([], "--set", help="Profile setting name=value (repeat), e.g. think-time=0.2."),
-    state: Optional[Path] = StateDirOption,
+keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for evidence manifests.")
+app.add_typer(keys_app, name="keys")
+ResultsOption = typer.Option(None, "--results", help="Results folder [env DRILLBOOK_RESULTS; default ./results].")
+
+
+@keys_app.command("new")
+def keys_new(path: Optional[Path] = typer.Argument(None, help="Where to write the private key "
+                                                  "(default ~/.config/drillbook/signing-key.pem)."),
+             force: bool = typer.Option(False, "--force", help="Replace an existing key.")) -> None:
+    """Create an Ed25519 signing key; manifests are signed whenever a key is configured."""
+    from drillbook.config import default_signing_key_path
+    from drillbook.evidence import signing
+
+    target = path or default_signing_key_path()
+    fingerprint = signing.new_key(target, overwrite=force)
+    console.print(f"signing key written to {target} (public key {target}.pub)")
+    console.print(f"fingerprint {fingerprint}")
+    if path is not None:
+        console.print(f"set DRILLBOOK_SIGNING_KEY={target} to sign with it")
+
+
+def _trusted_keys(public_keys: list[Path]) -> set[str] | None:
+    from drillbook.config import signing_key
+    from drillbook.evidence import signing
+
+    trusted = {signing.fingerprint(signing.load_public_key(p)) for p in public_keys}
+    configured = signing_key()
+    if configured is not None:
+        trusted.add(signing.fingerprint(signing.load_private_key(configured).public_key()))
+    return trusted or None
+
+
+@app.command("verify")
+def verify_command(
+    path: Optional[Path] = typer.Argument(None, help="A results folder or one bundle (default: the results folder)."),
+    public_key: list[Path] = typer.Option([], "--public-key", help="Trust signatures by this key (repeat)."),
 ) -> None:
-    """Run a bounded Locust load against a target, then audit delivery of every acknowledged turn."""
-    import os
+    """Recompute every digest, the chain and the signatures; exit 0 only when everything verifies."""
+    from drillbook.config import results_dir
+    from drillbook.errors import ConfigError
+    from drillbook.evidence import verify_path
 
-    from drillbook.config import LoadOptions
-    from drillbook.delivery import ReferenceVerifier, audit_delivery
-    from drillbook.errors import ConfigError, DeliveryError
-    from drillbook.load import locustfile_for, profile_env, run_load
-    from drillbook.targets_access import gateway_and_keys
+    target = path.resolve() if path else results_dir()
+    if not target.is_dir():
+        raise ConfigError(f"no results folder or bundle at {target}")
+    report = verify_path(target, _trusted_keys(public_key))
+    for finding in report.findings:
+        style = "red" if finding.severity == "error" else "yellow"
+        console.print(f"[{style}]{finding.severity.upper()}[/] {finding.bundle}: {finding.kind}: {finding.detail}",
+                      soft_wrap=True)
+    intact = len(set(report.checked) - {f.bundle for f in report.findings})
+    console.print(f"{len(report.checked)} bundles checked, {intact} intact, {len(report.errors)} errors, "
+                  f"{len(report.findings) - len(report.errors)} warnings")
+    if not report.ok:
+        raise typer.Exit(1)
 
-    locustfile = locustfile_for(profile)
-    settings = {}
-    for item in setting:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"invalid --set {item!r}: use name=value")
-        settings[name.strip()] = value.strip()
-    run_time = parse_duration(duration, "--duration")
-    options = build(LoadOptions, host=host or "http://127.0.0.1", users=users, spawn_rate=spawn_rate,
-                    run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
-                    processes=processes, env=profile_env(settings, run_time))
-    gateway, keys = gateway_and_keys(target, host, state_dir(state), os.environ.get("DRILLBOOK_TENANT_KEYS", ""))
-    options = options.model_copy(update={"host": gateway})
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
-        task = bar.add_task(f"{locustfile.stem}: {users} users against {gateway}", total=run_time)
-        result = run_load(options, locustfile, keys, out,
-                          progress=lambda elapsed, total: bar.update(task, completed=min(elapsed, total)))
-    verifier = ReferenceVerifier(gateway, keys)
-    try:
-        delivery = audit_delivery(result.receipts, verifier)
-    finally:
-        verifier.close()
-    table = Table(title=f"load {locustfile.stem}: {result.total_requests} requests, "
-                        f"{result.total_failures} failed, {result.wall_s:.1f}s")
-    for column in ("request", "requests", "failures", "p50 ms", "p95 ms", "p99 ms"):
-        table.add_column(column, justify="right" if column != "request" else "left")
-    for row in result.stats.itertuples():
-        table.add_row(row.name, str(row.requests), str(row.failures), f"{row.p50_ms:.0f}", f"{row.p95_ms:.0f}",
-                      f"{row.p99_ms:.0f}")
+
+@app.command("report")
+def report_command(
+    path: Optional[Path] = typer.Argument(None, help="Results folder (default: the results folder)."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Where to write the HTML page."),
+    public_key: list[Path] = typer.Option([], "--public-key", help="Trust signatures by this key (repeat)."),
+) -> None:
+    """Write one self-contained HTML report of the controls, verdicts, trends and evidence digests."""
+    from drillbook.config import results_dir
+    from drillbook.errors import ConfigError
+    from drillbook.evidence.report import write_report
+
+    target = path.resolve() if path else results_dir()
+    if not target.is_dir():
+        raise ConfigError(f"no results folder at {target}")
+    written = write_report(target, output, _trusted_keys(public_key))
+    console.print(f"report written to {written}")
+
+
+@app.command("list")
+def list_command(path: Optional[Path] = typer.Argument(None, help="Results folder."),
+                 limit: int = typer.Option(50, help="How many bundles to show.")) -> None:
+    """Show evidence bundles, newest first, with their verdicts."""
+    from drillbook.config import results_dir
+    from drillbook.evidence import list_bundles
+
+    rows = list_bundles(path.resolve() if path else results_dir())
+    if not rows:
+        console.print("no evidence bundles yet")
+        return
+    table = Table(title=f"{len(rows)} bundles")
+    for column in ("finished (UTC)", "runbook", "target", "verdict", "bundle"):
+        table.add_column(column)
+    colours = {"PASS": "green", "FAIL": "red", "ERROR": "red", "ABORTED": "yellow", "UNSEALED": "yellow"}
+    for row in rows[:limit]:
+        colour = colours.get(row.verdict, "white")
+        table.add_row(row.finished_at[:19], row.runbook, row.target, f"[{colour}]{row.verdict}[/]", row.name)
     console.print(table)
-    phases = result.by_phase()
-    if len(phases):
-        phase_table = Table(title="by phase (exact, from the request log)")
-        for column in ("phase", "request", "requests", "error rate", "p50 ms", "p95 ms", "p99 ms"):
-            phase_table.add_column(column)
-        for row in phases.itertuples():
-            phase_table.add_row(row.phase, row.name, str(row.requests), f"{row.error_rate:.1%}", f"{row.p50_ms:.1f}",
-                                f"{row.p95_ms:.1f}", f"{row.p99_ms:.1f}")
-        console.print(phase_table)
-    summary = delivery.summary()
-    console.print("delivery: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
-    (out / "load-summary.json").write_text(json.dumps({
-        "profile": locustfile.stem, "requests": result.total_requests, "failures": result.total_failures,
-        "wall_s": result.wall_s, "exit_code": result.exit_code, "delivery": summary}, indent=2))
-    if not delivery.ok:
-        raise DeliveryError(f"delivery failed: {summary['lost']} lost, {summary['duplicated']} duplicated, "
-                            f"{summary['out_of_order']} out of order, {summary['broken_chains']} broken chains")
 
 
 def _say(message: str) -> None:
@@ -251,7 +289,7 @@ def _say(message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app and turn every failure into one line and an exit code."""
     try:
-        app(args=argv, prog_name="drillbook", standalone_mode=False)
+        code = app(args=argv, prog_name="drillbook", standalone_mode=False)
     except DrillbookError as error:
         _say(str(error))
         sys.exit(error.exit_code)
@@ -267,3 +305,5 @@ def main(argv: list[str] | None = None) -> None:
                 _say(error.format_message())
             sys.exit(2)
         raise
+    if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value here
+        sys.exit(code)

@@ -191,3 +191,32 @@ class LoadOptions(StrictModel):
         if not re.match(r"^https?://[^/\s]+", host):
             raise ValueError(f"host must be an http(s) URL, got {host!r}")
         return host.rstrip("/")
+
+
+ENV_RESULTS = "DRILLBOOK_RESULTS"
+ENV_SIGNING_KEY = "DRILLBOOK_SIGNING_KEY"
+
+
+def results_dir(explicit: Path | None = None) -> Path:
+    """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project."""
+    if explicit is not None:
+        return explicit.expanduser().resolve()
+    configured = os.environ.get(ENV_RESULTS)
+    return Path(configured).expanduser().resolve() if configured else project_root() / "results"
+
+
+def default_signing_key_path() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "drillbook" / "signing-key.pem"
+
+
+def signing_key() -> Path | None:
+    """The Ed25519 key that signs manifests: $DRILLBOOK_SIGNING_KEY, else the default key if it exists."""
+    configured = os.environ.get(ENV_SIGNING_KEY)
+    if configured:
+        path = Path(configured).expanduser()
+        if not path.exists():
+            raise ConfigError(f"{ENV_SIGNING_KEY} names {path}, which does not exist")
+        return path
+    default = default_signing_key_path()
+    return default if default.exists() else None

@@ -6,11 +6,13 @@ It is what the quick start runs until the game day exists, and it checks deliver
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.sandbox.chain import verify_chain
-from drillbook.sandbox.client import TenantClient
+from drillbook.sandbox.client import ControlClient, TenantClient
 from drillbook.sandbox.launcher import SandboxHandle
 from drillbook.sandbox.store import Turn
 
@@ -26,11 +28,12 @@ class SmokeResult:
     cross_tenant_refused: bool = False
     killed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    replica_recovery_s: float | None = None
+    events: list[dict] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return (not self.errors and self.lost == 0 and self.duplicated == 0 and self.broken_chains == 0
-                and self.cross_tenant_refused and self.verified == self.acknowledged > 0)
+        return smoke_summary(self).verdict == "PASS" and self.verified == self.acknowledged > 0
 
 
 def run_smoke(handle: SandboxHandle, sessions: int = 4, turns: int = 5,
@@ -59,6 +62,8 @@ def run_smoke(handle: SandboxHandle, sessions: int = 4, turns: int = 5,
                         continue
                     acks[ack["seq"]] = ack["hash"]
                     result.acknowledged += 1
+            result.replica_recovery_s = replica_recovery(control, result.killed)
+            result.events = control.events()
         progress(f"{result.acknowledged} turns acknowledged; reading every session back")
         for session_id, (tenant, acks) in receipts.items():
             stored = [Turn(**t) for t in clients[tenant].read_session(session_id)["turns"]]
@@ -85,3 +90,41 @@ def run_smoke(handle: SandboxHandle, sessions: int = 4, turns: int = 5,
         for client in clients.values():
             client.close()
     return result
+
+
+def replica_recovery(control: ControlClient, killed: list[str], timeout: float = 20.0) -> float | None:
+    """Seconds from the first kill to the killed replica being ready again, from the supervisor's log."""
+    if not killed:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = control.events()
+        kill = next((e for e in events if e["kind"] == "replica_killed" and e["replica"] == killed[0]), None)
+        ready = next((e for e in events if kill and e["kind"] == "replica_ready" and e["replica"] == killed[0]
+                      and e["t"] > kill["t"]), None)
+        if kill and ready:
+            return round(ready["t"] - kill["t"], 6)
+        time.sleep(0.05)
+    return None
+
+
+RECOVERY_SLO_S = 10.0
+
+
+def smoke_summary(result: SmokeResult) -> RunSummary:
+    """The smoke as a judged run of the HA control: delivery, chains, isolation and replica recovery."""
+    metrics = {"sessions": result.sessions, "acknowledged_turns": result.acknowledged,
+               "lost_turns": result.lost, "duplicated_turns": result.duplicated,
+               "broken_chains": result.broken_chains, "client_errors": len(result.errors),
+               "recovery_time_s": result.replica_recovery_s, "cross_tenant_refused": result.cross_tenant_refused}
+    checks = [
+        SloCheck(name="acknowledged turns lost", comparison="<=", threshold=0, value=result.lost),
+        SloCheck(name="acknowledged turns duplicated", comparison="<=", threshold=0, value=result.duplicated),
+        SloCheck(name="broken hash chains", comparison="<=", threshold=0, value=result.broken_chains),
+        SloCheck(name="client errors", comparison="<=", threshold=0, value=len(result.errors)),
+        SloCheck(name="cross-tenant read refused", comparison="==", threshold=1, value=int(result.cross_tenant_refused)),
+        SloCheck(name="killed replica ready again", comparison="<=", threshold=RECOVERY_SLO_S,
+                 value=result.replica_recovery_s, unit="s"),
+    ]
+    return RunSummary.judge("sandbox-smoke", "ha", metrics, checks,
+                            reason="replica recovery is measured from the supervisor's event log (kill to ready)")

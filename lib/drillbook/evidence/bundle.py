@@ -1,0 +1,315 @@
+"""The evidence bundle writer: one folder per run, written once, sealed by a manifest and a ledger.
+
+Every file goes in atomically (temporary name, fsync, hard link into place, which fails rather
+than overwrite). Sealing lists the sha256 of every file in ``manifest.json``, links the manifest
+to the previous sealed bundle of the same results folder, signs the manifest digest when a key
+is configured (``manifest.sig``), and appends the manifest digest to ``ledger.jsonl`` under a
+lock. A bundle interrupted by an exception or a signal is sealed as ``incomplete`` with what it
+had; a bundle whose process was killed outright keeps its ``.unsealed`` marker and no manifest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+import secrets as secrets_module
+import shutil
+import stat
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from drillbook import __version__
+from drillbook.errors import DrillbookError, InvalidInput
+from drillbook.evidence import signing
+from drillbook.evidence.redact import Redactor
+
+FORMAT = "drillbook-evidence/1"
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"
+LEDGER = "ledger.jsonl"
+UNSEALED = ".unsealed"
+RESERVED = {MANIFEST, SIGNATURE, UNSEALED}
+TEXT_SUFFIXES = {".json", ".jsonl", ".csv", ".log", ".txt", ".html", ".ipynb", ".yaml", ".yml", ".md", ".py"}
+PACKAGES = ("papermill", "nbclient", "nbconvert", "chaostoolkit", "chaostoolkit-lib", "chaostoolkit-kubernetes",
+            "kubernetes", "locust", "pandas", "matplotlib", "pydantic", "aiohttp")
+NAME_PART = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+class EvidenceError(DrillbookError):
+    """A bundle could not be written as evidence must be (exists, overwrite, bad path)."""
+
+
+class BundleExists(InvalidInput):
+    """The bundle folder is already there; evidence is never overwritten."""
+
+
+def utc_stamp(moment: datetime) -> str:
+    return moment.strftime("%Y%m%dT%H%M%SZ")
+
+
+def utc_iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def canonical_json(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode()
+
+
+def atomic_create(path: Path, data: bytes) -> None:
+    """Create path with data, never replacing an existing file: write, fsync, hard-link, unlink."""
+    partial = path.with_name(f".{path.name}.{secrets_module.token_hex(4)}.partial")
+    with open(partial, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        raise EvidenceError(f"{path} already exists; evidence is never overwritten") from None
+    finally:
+        partial.unlink()
+
+
+@functools.lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    versions = {"drillbook": __version__, "python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_state(root: Path) -> dict[str, Any] | None:
+    try:
+        revision = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=10)
+        if revision.returncode != 0:
+            return None
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"revision": revision.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    seq: int
+    bundle: str
+    manifest_sha256: str
+    previous_manifest_sha256: str | None
+    sealed_at: str
+    status: str
+
+
+def read_ledger(results_dir: Path) -> list[LedgerEntry]:
+    path = results_dir / LEDGER
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            entries.append(LedgerEntry(**json.loads(line)))
+    return entries
+
+
+class _LedgerLock:
+    """Exclusive lock on the results folder's ledger while a bundle is sealed."""
+
+    def __init__(self, results_dir: Path) -> None:
+        self.path = results_dir / LEDGER
+
+    def __enter__(self) -> "_LedgerLock":
+        self.handle = open(self.path, "a+", encoding="utf-8")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def append(self, entry: LedgerEntry) -> None:
+        self.handle.write(json.dumps(entry.__dict__, sort_keys=True) + "\n")
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+@dataclass(frozen=True)
+class SealedBundle:
+    path: Path
+    manifest_sha256: str
+    status: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+class BundleWriter:
+    """Collects one run's files and seals them as evidence; use as a context manager."""
+
+    def __init__(self, results_dir: Path, runbook: str, target: str, parameters: Mapping[str, Any] | None = None,
+                 *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,
+                 project_root: Path | None = None, extra: Mapping[str, Any] | None = None) -> None:
+        self.results_dir = Path(results_dir)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.started = datetime.now(timezone.utc)
+        self.run_id = uuid.uuid4().hex
+        self.runbook, self.target = runbook, target
+        name = "_".join([utc_stamp(self.started), NAME_PART.sub("-", runbook), NAME_PART.sub("-", target),
+                         self.run_id[:6]])
+        self.path = self.results_dir / name
+        try:
+            os.mkdir(self.path)
+        except FileExistsError:
+            raise BundleExists(f"bundle folder {self.path} already exists; evidence is never overwritten") from None
+        (self.path / UNSEALED).touch()
+        self.redactor = Redactor(secrets)
+        self.parameters = self.redactor.data(dict(parameters or {}))
+        self.extra = self.redactor.data(dict(extra or {}))
+        self.signing_key = signing_key
+        self.project_root = project_root
+        self.timeline: list[dict[str, Any]] = []
+        self.sealed: SealedBundle | None = None
+
+    # -- writing -----------------------------------------------------------------------------
+    def _destination(self, relative: str) -> Path:
+        if self.sealed is not None:
+            raise EvidenceError(f"bundle {self.path.name} is sealed; nothing more can be written")
+        candidate = Path(relative)
+        if candidate.is_absolute() or ".." in candidate.parts or not candidate.parts or relative in RESERVED:
+            raise EvidenceError(f"{relative!r} is not a file name a bundle can hold")
+        destination = self.path / candidate
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        return destination
+
+    def write_bytes(self, relative: str, data: bytes) -> Path:
+        destination = self._destination(relative)
+        atomic_create(destination, data)
+        return destination
+
+    def write_text(self, relative: str, text: str) -> Path:
+        return self.write_bytes(relative, self.redactor.text(text).encode("utf-8"))
+
+    def write_json(self, relative: str, value: Any) -> Path:
+        return self.write_bytes(relative, canonical_json(self.redactor.data(value)))
+
+    def copy_file(self, source: Path, relative: str) -> Path:
+        if source.suffix in TEXT_SUFFIXES:
+            return self.write_text(relative, source.read_text(encoding="utf-8", errors="replace"))
+        return self.write_bytes(relative, source.read_bytes())
+
+    def copy_tree(self, source: Path, relative_dir: str) -> list[Path]:
+        return [self.copy_file(path, f"{relative_dir.rstrip('/')}/{path.relative_to(source)}")
+                for path in sorted(source.rglob("*")) if path.is_file() and not path.name.endswith(".partial")]
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Add an event to the run's timeline (written as timeline.jsonl when sealed)."""
+        now = time.time()
+        entry = {"ts": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="microseconds")
+                 .replace("+00:00", "Z"), "t": now, "kind": kind, **fields}
+        self.timeline.append(self.redactor.data(entry))
+        return entry
+
+    # -- sealing -----------------------------------------------------------------------------
+    def _files(self) -> dict[str, dict[str, Any]]:
+        listed = {}
+        for path in sorted(self.path.rglob("*")):
+            relative = path.relative_to(self.path).as_posix()
+            if path.is_file() and relative not in RESERVED and not path.name.endswith(".partial"):
+                listed[relative] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        return listed
+
+    def seal(self, status: str = "complete", error: str | None = None) -> SealedBundle:
+        """Write the timeline and manifest, sign, append to the ledger, and make the bundle read-only."""
+        if self.sealed is not None:
+            return self.sealed
+        if self.timeline:
+            atomic_create(self.path / "timeline.jsonl",
+                          "".join(json.dumps(e, sort_keys=True) + "\n" for e in self.timeline).encode())
+        key = signing.load_private_key(self.signing_key) if self.signing_key else None
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "bundle": self.path.name, "run_id": self.run_id, "runbook": self.runbook,
+            "target": self.target, "parameters": self.parameters, "status": status,
+            "error": self.redactor.text(error) if error else None,
+            "started_at": utc_iso(self.started), "finished_at": utc_iso(datetime.now(timezone.utc)),
+            "versions": dict(package_versions()), "git": git_state(self.project_root) if self.project_root else None,
+            "files": self._files(), **self.extra,
+            "signing": None if key is None else {
+                "algorithm": "ed25519", "public_key": signing.public_key_b64(key.public_key()),
+                "fingerprint": signing.fingerprint(key.public_key())},
+        }
+        with _LedgerLock(self.results_dir) as ledger:
+            entries = read_ledger(self.results_dir)
+            previous = entries[-1] if entries else None
+            manifest["previous"] = None if previous is None else {
+                "bundle": previous.bundle, "manifest_sha256": previous.manifest_sha256}
+            data = canonical_json(manifest)
+            digest = hashlib.sha256(data).hexdigest()
+            atomic_create(self.path / MANIFEST, data)
+            if key is not None:
+                atomic_create(self.path / SIGNATURE, canonical_json({
+                    "fingerprint": manifest["signing"]["fingerprint"], "manifest_sha256": digest,
+                    "signature": signing.sign(key, digest)}))
+            ledger.append(LedgerEntry(len(entries) + 1, self.path.name, digest,
+                                      previous.manifest_sha256 if previous else None,
+                                      manifest["finished_at"], status))
+        (self.path / UNSEALED).unlink()
+        make_read_only(self.path)
+        self.sealed = SealedBundle(self.path, digest, status)
+        return self.sealed
+
+    def __enter__(self) -> "BundleWriter":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.seal("complete")
+        else:
+            self.seal("incomplete", error=f"{exc_type.__name__ if exc_type else 'error'}: {exc}")
+
+
+def make_read_only(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), reverse=True):
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    folder.chmod(folder.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def make_writable(folder: Path) -> None:
+    """For tests and for deleting old evidence on purpose: give write permission back."""
+    folder.chmod(folder.stat().st_mode | stat.S_IWUSR)
+    for path in folder.rglob("*"):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def bundle_folders(results_dir: Path) -> Iterator[Path]:
+    for path in sorted(results_dir.iterdir()) if results_dir.is_dir() else []:
+        if path.is_dir() and not path.name.startswith("."):
+            yield path
+
+
+def remove_bundle(path: Path) -> None:
+    make_writable(path)
+    shutil.rmtree(path)

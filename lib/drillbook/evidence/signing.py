@@ -1,0 +1,84 @@
+"""Ed25519 signing of manifest digests: create a key, sign, verify, fingerprint.
+
+The private key is a PEM file (mode 0600); its public half is written beside it as ``.pub``.
+A fingerprint is the sha256 of the raw 32-byte public key, in hex.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from drillbook.errors import ConfigError
+
+
+def fingerprint(public_key: Ed25519PublicKey) -> str:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def public_key_b64(public_key: Ed25519PublicKey) -> str:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def public_key_from_b64(text: str) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(base64.b64decode(text))
+
+
+def new_key(path: Path, overwrite: bool = False) -> str:
+    """Create a signing key at path (and path.pub); returns its fingerprint."""
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path} already exists; refusing to replace a signing key")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    public = key.public_key()
+    Path(str(path) + ".pub").write_bytes(public.public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo))
+    return fingerprint(public)
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(f"cannot read signing key {path}: {error}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"signing key {path} is not an Ed25519 key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    data = path.read_bytes()
+    try:
+        if b"PRIVATE KEY" in data:
+            return load_private_key(path).public_key()
+        key = serialization.load_pem_public_key(data)
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(f"cannot read public key {path}: {error}") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ConfigError(f"public key {path} is not an Ed25519 key")
+    return key
+
+
+def sign(key: Ed25519PrivateKey, digest_hex: str) -> str:
+    return base64.b64encode(key.sign(bytes.fromhex(digest_hex))).decode()
+
+
+def verify(public_key: Ed25519PublicKey, digest_hex: str, signature_b64: str) -> bool:
+    try:
+        public_key.verify(base64.b64decode(signature_b64), bytes.fromhex(digest_hex))
+    except (InvalidSignature, ValueError):
+        return False
+    return True

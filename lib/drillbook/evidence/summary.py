@@ -1,0 +1,67 @@
+"""What a run concluded, as written to a bundle's summary.json: metrics, SLO checks, verdict.
+
+The report reads these; the runbook layer writes them. A check that could not be measured has
+value None and fails; a run's verdict is PASS only when every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["PASS", "FAIL", "ERROR", "ABORTED"]
+Comparison = Literal["<=", "<", ">=", ">", "=="]
+
+
+class SloCheck(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    comparison: Comparison
+    threshold: float
+    value: float | None
+    unit: str = ""
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None:
+            return False
+        return {"<=": self.value <= self.threshold, "<": self.value < self.threshold,
+                ">=": self.value >= self.threshold, ">": self.value > self.threshold,
+                "==": self.value == self.threshold}[self.comparison]
+
+    def describe(self) -> str:
+        shown = "not measured" if self.value is None else f"{self.value:g}{self.unit}"
+        return f"{self.name} {shown} {self.comparison} {self.threshold:g}{self.unit}: {'pass' if self.passed else 'FAIL'}"
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    runbook: str
+    control: str = Field(description="ha, isolation, cold-start, restore, or another name")
+    verdict: Verdict
+    metrics: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+    checks: list[SloCheck] = Field(default_factory=list)
+    reason: str = ""
+
+    @classmethod
+    def judge(cls, runbook: str, control: str, metrics: dict, checks: list[SloCheck], reason: str = "") -> "RunSummary":
+        verdict: Verdict = "PASS" if checks and all(c.passed for c in checks) else "FAIL"
+        return cls(runbook=runbook, control=control, verdict=verdict, metrics=metrics, checks=checks, reason=reason)
+
+    def to_json(self) -> dict:
+        data = self.model_dump()
+        data["checks"] = [{**c.model_dump(), "passed": c.passed} for c in self.checks]
+        return data
+
+    @classmethod
+    def read(cls, path: Path) -> "RunSummary | None":
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        data["checks"] = [{k: v for k, v in c.items() if k != "passed"} for c in data.get("checks", [])]
+        return cls.model_validate(data)
