@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -89,7 +90,10 @@ def test_a_port_in_use_is_refused(tmp_path):
 
 
 def test_smoke_starts_checks_and_stops_a_sandbox(tmp_path):
-    result = drillbook("sandbox", "smoke", "--sessions", "3", "--turns", "4", state=tmp_path)
+    result = drillbook("sandbox", "smoke", "--sessions", "3", "--turns", "4", "--results", str(tmp_path / "results"),
+                       state=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "PASS" in result.stdout and "acknowledged turns read back │ 12" in result.stdout
+    assert "PASS" in result.stdout
+    assert re.search(r"acknowledged turns read back\s*│\s*12\b", result.stdout), result.stdout
+    assert len(list((tmp_path / "results").glob("*_sandbox-smoke_sandbox_*"))) == 1
     assert not (tmp_path / "sandbox.lock").exists() or drillbook("sandbox", "status", state=tmp_path).returncode == 1
