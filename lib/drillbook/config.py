@@ -55,6 +55,9 @@ class SandboxConfig(StrictModel):
         200.0, description="token streaming rate per generation; 0 streams without delay"
     )
     max_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(16, description="default tokens per turn")
+    chunk_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(
+        4, description="tokens generated per slot hold (iteration-level scheduling)"
+    )
     model_load_delay_s: Annotated[float, Field(ge=0, le=3600)] = Field(
         0.3, description="time from model server start to ready (simulated weight loading)"
     )
@@ -75,6 +78,10 @@ class SandboxConfig(StrictModel):
         60.0, description="how long the gateway holds a request while a service starts"
     )
     defects: list[Defect] = Field(default_factory=list, description="built-in defects to switch on")
+    aggressor_tenant: str | None = Field(None, description="tenant the aggressor service floods as (default: last)")
+    aggressor_concurrency: Annotated[int, Field(ge=1, le=256)] = Field(16, description="sessions per aggressor")
+    aggressor_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(64, description="tokens per aggressor turn")
+    aggressor_max_s: Annotated[float, Field(gt=0, le=3600)] = Field(300.0, description="aggressor flood time bound")
 
     @field_validator("tenants")
     @classmethod
@@ -90,6 +97,8 @@ class SandboxConfig(StrictModel):
 
     @model_validator(mode="after")
     def _store_needs_dsn(self) -> "SandboxConfig":
+        if self.aggressor_tenant is not None and self.aggressor_tenant not in self.tenants:
+            raise ValueError(f"aggressor tenant {self.aggressor_tenant!r} is not one of the tenants")
         if self.store == "postgres" and not self.dsn:
             raise ValueError(f"store 'postgres' needs a DSN (--dsn or {ENV_PG_DSN})")
         if self.store == "sqlite" and self.dsn:

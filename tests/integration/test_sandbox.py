@@ -136,7 +136,9 @@ def test_model_server_reports_queue_wait_slots_and_gpu_seconds(sandbox):
     with sandbox.control() as control:
         model_url = control.status()["services"]["model"]["replicas"][0]["url"]
     text = httpx.get(f"{model_url}/metrics").text
-    assert 'drillbook_model_queue_wait_seconds_count{tenant="tenant-b"} 1.0' in text
+    assert 'drillbook_model_requests_total{tenant="tenant-b"} 1.0' in text
+    # 16 tokens in chunks of 4: the generation queued for a slot four times.
+    assert 'drillbook_model_queue_wait_seconds_count{tenant="tenant-b"} 4.0' in text
     assert 'drillbook_model_gpu_seconds_total{tenant="tenant-b"}' in text
     assert "drillbook_model_slots 4.0" in text
     assert "drillbook_model_slot_utilisation_ratio" in text

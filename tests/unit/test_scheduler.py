@@ -69,3 +69,20 @@ def test_a_cancelled_waiter_leaves_the_queue():
         assert scheduler.in_use == 0
 
     asyncio.run(scenario())
+
+
+def test_a_waiter_cancelled_before_it_is_served_does_not_leak_a_slot():
+    """Task.cancel() cancels the awaited future at once; a release in the same tick must skip it."""
+
+    async def scenario() -> None:
+        scheduler = SlotScheduler(slots=1, fair=True)
+        await scheduler.acquire("a")
+        waiter = asyncio.create_task(scheduler.acquire("b"))
+        await asyncio.sleep(0)
+        waiter.cancel()  # the future is cancelled now; the task sees it on the next tick
+        scheduler.release("a")  # dispatches in this same tick
+        await asyncio.gather(waiter, return_exceptions=True)
+        assert scheduler.in_use == 0 and scheduler.queue_depth("b") == 0
+        await asyncio.wait_for(scheduler.acquire("c"), 1)  # the slot is still usable
+
+    asyncio.run(scenario())

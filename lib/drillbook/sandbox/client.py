@@ -76,6 +76,9 @@ class ControlClient:
     def destroy_store(self) -> dict[str, Any]:
         return self._call("POST", "/v1/store/destroy")
 
+    def recreate_store(self) -> dict[str, Any]:
+        return self._call("POST", "/v1/store/recreate")
+
     def shutdown(self) -> dict[str, Any]:
         return self._call("POST", "/v1/shutdown")
 

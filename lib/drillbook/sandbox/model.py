@@ -1,9 +1,11 @@
 """Simulated LLM inference: a fixed number of GPU slots shared by tenants, tokens streamed at a set rate.
 
-The server reports ready only after its model-load delay (cold start). Slots are handed out
-fairly (the waiting tenant holding the fewest slots goes first) or, with the no-fair-sharing
-defect, first come first served, so one tenant's flood can starve the others. Metrics are served
-in Prometheus text format at /metrics.
+The server reports ready only after its model-load delay (cold start). Scheduling is
+iteration-level, as in servers with continuous batching: a generation holds a slot for one chunk
+of tokens at a time and queues again for the next. Slots go fairly (the waiting tenant holding
+the fewest slots, then the one served least) or, with the no-fair-sharing defect, first come
+first served, so one tenant's flood delays everyone queued behind it. Metrics (queue wait, slot
+utilisation, GPU-seconds per tenant) are served in Prometheus text format at /metrics.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram, generate_latest
@@ -71,7 +74,7 @@ class SlotScheduler:
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 self.release(tenant)  # granted and cancelled in the same tick: hand it on
-            else:
+            elif waiter in self.queues[tenant]:
                 self.queues[tenant].remove(waiter)
             raise
 
@@ -95,6 +98,8 @@ class SlotScheduler:
             if tenant is None:
                 return
             waiter = self.queues[tenant].popleft()
+            if waiter.future.done():  # its request was cancelled while queued: skip it
+                continue
             self._grant(tenant)
             waiter.future.set_result(None)
 
@@ -117,7 +122,7 @@ class ModelMetrics:
         self.started = time.monotonic()
         self.busy_seconds = 0.0
         self.queue_wait = Histogram(
-            "drillbook_model_queue_wait_seconds", "Time a generation waited for a GPU slot", ["tenant"],
+            "drillbook_model_queue_wait_seconds", "Time a chunk of a generation waited for a GPU slot", ["tenant"],
             registry=self.registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.gpu_seconds = PromCounter("drillbook_model_gpu_seconds", "Slot-seconds used", ["tenant"], registry=self.registry)
@@ -144,6 +149,7 @@ class ModelServer:
         config = ctx.runtime.config
         self.internal_token = ctx.runtime.internal_token
         self.rate = config.tokens_per_second
+        self.chunk = config.chunk_tokens
         self.default_tokens = config.max_tokens
         self.load_delay = config.effective_model_load_delay_s
         self.scheduler = SlotScheduler(config.gpu_slots, fair=not config.has(Defect.NO_FAIR_SHARING))
@@ -181,40 +187,46 @@ class ModelServer:
         prompt = str(body.get("prompt", ""))
         count = int(body.get("max_tokens") or self.default_tokens)
         stream = bool(body.get("stream", False))
+        self.metrics.requests.labels(tenant).inc()
+        tokens = generated_tokens(prompt, count)
+        if stream:
+            response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await response.prepare(request)
+            waited = 0.0
+            for chunk_start in range(0, len(tokens), self.chunk):
+                chunk = tokens[chunk_start:chunk_start + self.chunk]
+                waited += await self._run_chunk(tenant, len(chunk), on_token=lambda i, c=chunk: response.write(
+                    (json.dumps({"token": c[i]}) + "\n").encode()))
+            await response.write(json.dumps({"done": True, "tokens": len(tokens), "queue_wait_s": waited}).encode()
+                                 + b"\n")
+            await response.write_eof()
+            return response
+        waited = 0.0
+        for chunk_start in range(0, len(tokens), self.chunk):
+            waited += await self._run_chunk(tenant, len(tokens[chunk_start:chunk_start + self.chunk]))
+        return web.json_response({"text": " ".join(tokens), "tokens": len(tokens), "queue_wait_s": waited})
+
+    async def _run_chunk(self, tenant: str, size: int, on_token: Any = None) -> float:
+        """Queue for a slot, hold it while `size` tokens are generated at the set rate, release it."""
         queued = time.monotonic()
         await self.scheduler.acquire(tenant)
         started = time.monotonic()
         self.metrics.queue_wait.labels(tenant).observe(started - queued)
         try:
-            tokens = generated_tokens(prompt, count)
-            if stream:
-                return await self._stream(request, tokens, started)
-            await self._pace(len(tokens), started)
-            return web.json_response({"text": " ".join(tokens), "tokens": len(tokens),
-                                      "queue_wait_s": started - queued})
+            for index in range(size):
+                if self.rate > 0:
+                    delay = started + (index + 1) / self.rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if on_token is not None:
+                    await on_token(index)
         finally:
             held = time.monotonic() - started
             self.metrics.busy_seconds += held
             self.metrics.gpu_seconds.labels(tenant).inc(held)
-            self.metrics.requests.labels(tenant).inc()
-            self.metrics.tokens.labels(tenant).inc(count)
+            self.metrics.tokens.labels(tenant).inc(size)
             self.scheduler.release(tenant)
-
-    async def _pace(self, emitted: int, started: float) -> None:
-        if self.rate > 0:
-            delay = started + emitted / self.rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-
-    async def _stream(self, request: web.Request, tokens: list[str], started: float) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        for index, token in enumerate(tokens):
-            await self._pace(index + 1, started)
-            await response.write((json.dumps({"token": token}) + "\n").encode())
-        await response.write(json.dumps({"done": True, "tokens": len(tokens)}).encode() + b"\n")
-        await response.write_eof()
-        return response
+        return started - queued
 
 
 async def create_app(ctx: ServiceContext) -> web.Application:

@@ -56,7 +56,9 @@ def parse_service_args(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(factory: AppFactory, args: argparse.Namespace, reuse_port: bool) -> None:
     runtime = Runtime.read(args.runtime)
     app = await factory(ServiceContext(runtime, args.replica, args.control_url))
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0, handle_signals=False)
+    # A request whose caller went away is cancelled, as a real server's would be: work for a
+    # client that is gone does not pile up behind the next one.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, LOOPBACK, args.port, reuse_port=reuse_port, backlog=1024)
     await site.start()

@@ -123,7 +123,8 @@ class StateStore(ABC):
 
     # -- what the supervisor uses ------------------------------------------------------------
     @abstractmethod
-    def init_schema(self) -> None: ...
+    def init_schema(self, reset: bool = False) -> None:
+        """Create the tables if they are missing; with reset, drop everything first."""
 
     @abstractmethod
     def backup(self, directory: Path) -> BackupInfo: ...
@@ -343,7 +344,9 @@ class SQLiteStore(SqlStore):
             raise
         conn.execute("COMMIT")
 
-    def init_schema(self) -> None:
+    def init_schema(self, reset: bool = False) -> None:
+        if reset:
+            self.destroy()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None)
         try:
@@ -463,11 +466,12 @@ class PostgresStore(SqlStore):
         except StoreUnavailable as error:
             raise StoreUnreachable(str(error)) from None
 
-    def init_schema(self) -> None:
+    def init_schema(self, reset: bool = False) -> None:
         conn = self._conn()
         with conn.transaction():
-            conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
-            conn.execute(f"CREATE SCHEMA {PG_SCHEMA}")
+            if reset:
+                conn.execute(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}")
             self._create_tables(conn)
 
     def _tool_env_and_dsn(self) -> tuple[dict[str, str], str]:

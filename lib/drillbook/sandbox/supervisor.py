@@ -36,7 +36,7 @@ from drillbook.sandbox.store import BackupInfo, StateStore, file_sha256
 
 log = logging.getLogger("drillbook.supervisor")
 
-SERVICES = ("model", "agent", "gateway")
+SERVICES = ("model", "agent", "gateway", "aggressor")
 STOP_GRACE_S = 5.0
 PORT_ANNOUNCE_TIMEOUT_S = 30.0
 STABLE_RUN_S = 10.0  # a replica that ran this long resets its restart back-off
@@ -126,6 +126,7 @@ class Supervisor:
             "model": Service("model", config.models),
             "agent": Service("agent", config.agents),
             "gateway": Service("gateway", config.gateways),
+            "aggressor": Service("aggressor", 0),  # a noisy tenant, started by experiments
         }
         self.events = EventLog(runtime.events_file)
         self.store: StateStore = runtime.open_store()
@@ -384,6 +385,13 @@ class Supervisor:
         self.events.emit("store_destroyed", store=self.runtime.config.store)
         return {"destroyed": self.runtime.config.store}
 
+    async def recreate_store(self) -> dict[str, Any]:
+        """An empty store with the schema: the last resort of a rollback when no backup exists."""
+        async with self.store_lock:
+            await asyncio.to_thread(self.store.init_schema)
+        self.events.emit("store_recreated", store=self.runtime.config.store)
+        return {"recreated": self.runtime.config.store}
+
     async def store_info(self) -> dict[str, Any]:
         try:
             sessions, turns = await asyncio.to_thread(self.store.counts)
@@ -393,7 +401,7 @@ class Supervisor:
 
     # -- run ---------------------------------------------------------------------------------
     async def run(self) -> None:
-        await asyncio.to_thread(self.store.init_schema)
+        await asyncio.to_thread(self.store.init_schema, True)
         self.http = aiohttp.ClientSession()
         runner = web.AppRunner(control_app(self), access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
@@ -515,6 +523,9 @@ def control_app(supervisor: Supervisor) -> web.Application:
     async def destroy(request: web.Request) -> web.Response:
         return web.json_response(await supervisor.destroy_store())
 
+    async def recreate(request: web.Request) -> web.Response:
+        return web.json_response(await supervisor.recreate_store())
+
     async def shutdown(request: web.Request) -> web.Response:
         asyncio.get_running_loop().call_soon(supervisor.shutdown.set)
         return web.json_response({"stopping": True}, status=202)
@@ -530,6 +541,7 @@ def control_app(supervisor: Supervisor) -> web.Application:
     app.router.add_post("/v1/store/backup", backup)
     app.router.add_post("/v1/store/restore", restore)
     app.router.add_post("/v1/store/destroy", destroy)
+    app.router.add_post("/v1/store/recreate", recreate)
     app.router.add_post("/v1/shutdown", shutdown)
     return app
 

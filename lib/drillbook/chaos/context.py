@@ -1,0 +1,46 @@
+"""What every provider reads from the configuration drillbook's runner injects into an experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drillbook.chaos.ledger import FaultLedger
+from drillbook.chaos.targets import ChaosTarget, target_from
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    run_dir: Path
+    ledger: FaultLedger
+    target: ChaosTarget
+
+    @classmethod
+    def of(cls, configuration: dict[str, Any]) -> "RunContext":
+        return cls(str(configuration.get("drillbook_run_id", "manual")),
+                   Path(configuration.get("drillbook_run_dir", ".")),
+                   FaultLedger(Path(configuration["drillbook_ledger"])), target_from(configuration))
+
+    def record_measurement(self, name: str, value: Any) -> None:
+        path = self.run_dir / "measurements.json"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        measurements = json.loads(path.read_text()) if path.exists() else {}
+        measurements[name] = value
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(measurements, indent=2, default=str))
+        os.replace(partial, path)
+
+    def measurement(self, name: str) -> Any:
+        path = self.run_dir / "measurements.json"
+        return json.loads(path.read_text()).get(name) if path.exists() else None
+
+    def tenant_key(self, tenant: str | None) -> tuple[str, str, str]:
+        gateway, keys = self.target.gateway()
+        if not keys:
+            raise ValueError("the target has no tenant keys")
+        name = tenant if tenant else sorted(keys)[0]
+        return gateway, name, keys[name]

@@ -1,0 +1,68 @@
+"""The fault ledger: every fault is written down (and fsynced) before it is applied.
+
+Rollbacks, the runner's last-resort cleanup and `drillbook rollback` all read it to undo what
+is still in place, newest first. It is append-only JSONL; a fault is open until a line marks it
+undone. Undoing twice is harmless: an undone fault is not undone again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault and how to put the target back."""
+
+    id: str
+    run_id: str
+    target: str
+    kind: str
+    undo: dict[str, Any]
+    detail: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+
+
+class FaultLedger:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def record(self, run_id: str, target: str, kind: str, undo: dict[str, Any], **detail: Any) -> Fault:
+        fault = Fault(uuid.uuid4().hex[:12], run_id, target, kind, undo, detail, time.time())
+        self._append({"fault": fault.__dict__})
+        return fault
+
+    def resolve(self, fault: Fault, how: str) -> None:
+        self._append({"undone": fault.id, "how": how, "at": time.time()})
+
+    def open_faults(self, run_id: str | None = None) -> list[Fault]:
+        """Faults not yet undone, newest first (optionally only one run's)."""
+        if not self.path.exists():
+            return []
+        faults: dict[str, Fault] = {}
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "fault" in record:
+                fault = Fault(**record["fault"])
+                faults[fault.id] = fault
+            elif "undone" in record:
+                faults.pop(record["undone"], None)
+        chosen = [f for f in faults.values() if run_id is None or f.run_id == run_id]
+        return sorted(chosen, key=lambda f: f.at, reverse=True)

@@ -1,0 +1,200 @@
+"""Chaos Toolkit probes that drillbook's experiments name: readiness, client traffic through the
+fault, and the judgements the steady-state hypotheses make on what was measured.
+
+Judging probes work on "the most recent window": before the method there is none, so they
+take a short fresh sample; after the method they judge what the method's traffic recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import httpx
+
+from drillbook.chaos.context import RunContext
+from drillbook.chaos.traffic import drive, first_token_latency, load_window, save_window
+from drillbook.delivery import Receipt, ReferenceVerifier, audit_delivery
+
+__all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
+           "traffic_error_rate_below", "victim_p95_ratio_within", "first_request_from_zero", "cold_start_within",
+           "write_sessions", "verify_restore", "store_recovered"]
+
+
+def all_replicas_ready(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
+    """True once every replica the service wants is ready (waits up to timeout_s)."""
+    run = RunContext.of(configuration or {})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        desired = run.target.desired(service)
+        if desired > 0 and run.target.ready(service) >= desired:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def service_available(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
+    """True once at least one replica of the service is ready (waits up to timeout_s)."""
+    run = RunContext.of(configuration or {})
+    deadline = time.monotonic() + timeout_s
+    while run.target.ready(service) < 1:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def client_traffic(window: str = "fault", sessions: int = 8, duration_s: float = 5.0, tenant: str | None = None,
+                   max_tokens: int | None = None, think_s: float = 0.0,
+                   configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Drive client sessions through the gateway for duration_s; the window is kept for judging."""
+    run = RunContext.of(configuration or {})
+    gateway, name, key = run.tenant_key(tenant)
+    result = drive(gateway, name, key, window, sessions=sessions, duration_s=duration_s, max_tokens=max_tokens,
+                   think_s=think_s, run_dir=run.run_dir)
+    return result.summary()
+
+
+def traffic_within_budget(max_error_rate: float = 0.0, window: str = "fault", sample_sessions: int = 4,
+                          sample_s: float = 1.0, configuration: dict[str, Any] | None = None) -> bool:
+    """The most recent client traffic window's error rate is within budget (and it acknowledged turns)."""
+    run = RunContext.of(configuration or {})
+    recorded = load_window(run.run_dir, window)
+    if recorded is None or recorded.judged:
+        gateway, name, key = run.tenant_key(None)
+        recorded = drive(gateway, name, key, "sample", sessions=sample_sessions, duration_s=sample_s)
+    else:
+        recorded.judged = True
+        save_window(run.run_dir, recorded)
+        run.record_measurement(f"traffic_{window}", recorded.summary())
+    return recorded.acknowledged > 0 and recorded.error_rate <= max_error_rate
+
+
+def traffic_error_rate_below(limit: float, window: str = "fault", configuration: dict[str, Any] | None = None) -> bool:
+    """Safeguard: False as soon as the live window's error rate passes the limit (after 10 requests)."""
+    run = RunContext.of(configuration or {})
+    live = load_window(run.run_dir, window)
+    if live is None or live.acknowledged + live.failed < 10:
+        return True
+    return live.error_rate <= limit
+
+
+def victim_p95_ratio_within(max_ratio: float, victim_tenant: str, sessions: int = 2, baseline_s: float = 3.0,
+                            configuration: dict[str, Any] | None = None) -> bool:
+    """The victim's p95 during the aggressor window over its own baseline p95 is within max_ratio.
+
+    Before the method: measures the baseline (victim alone) and passes. After: judges the
+    "victim" window the method recorded against that baseline.
+    """
+    run = RunContext.of(configuration or {})
+    gateway, name, key = run.tenant_key(victim_tenant)
+    baseline = load_window(run.run_dir, "baseline")
+    if baseline is None:
+        baseline = drive(gateway, name, key, "baseline", sessions=sessions, duration_s=baseline_s, run_dir=run.run_dir)
+        return baseline.acknowledged > 0 and baseline.error_rate == 0
+    during = load_window(run.run_dir, "victim")
+    if during is None:
+        during = drive(gateway, name, key, "victim", sessions=sessions, duration_s=baseline_s, run_dir=run.run_dir)
+    ratio = during.percentile_ms(0.95) / baseline.percentile_ms(0.95)
+    run.record_measurement("isolation", {"victim_p95_ratio": ratio, "baseline": baseline.summary(),
+                                         "during": during.summary(), "victim_error_rate": during.error_rate})
+    return not math.isnan(ratio) and ratio <= max_ratio and during.error_rate == 0
+
+
+def first_request_from_zero(idle_s: float = 1.0, tenant: str | None = None,
+                            configuration: dict[str, Any] | None = None) -> dict[str, float]:
+    """After idle_s at zero replicas, send one streamed turn; record time to first token."""
+    run = RunContext.of(configuration or {})
+    time.sleep(idle_s)
+    gateway, _, key = run.tenant_key(tenant)
+    trial = first_token_latency(gateway, key)
+    trials = run.measurement("cold_start") or []
+    trials.append(trial)
+    run.record_measurement("cold_start", trials)
+    return trial
+
+
+def cold_start_within(max_s: float, tenant: str | None = None, configuration: dict[str, Any] | None = None) -> bool:
+    """The most recent first-request latency (from zero, or a warm sample before the method) is within max_s."""
+    run = RunContext.of(configuration or {})
+    trials = run.measurement("cold_start")
+    judged = run.measurement("cold_start_judged") or 0
+    if trials and len(trials) > judged:
+        run.record_measurement("cold_start_judged", len(trials))
+        return all(t["first_token_s"] <= max_s for t in trials[judged:])
+    gateway, _, key = run.tenant_key(tenant)
+    return first_token_latency(gateway, key)["first_token_s"] <= max_s
+
+
+def write_sessions(phase: str, sessions: int = 3, turns: int = 3, tenant: str | None = None,
+                   configuration: dict[str, Any] | None = None) -> int:
+    """Write sessions and keep the receipts of their acknowledged turns under the phase's name."""
+    run = RunContext.of(configuration or {})
+    gateway, name, key = run.tenant_key(tenant)
+    receipts = run.measurement("receipts") or {}
+    written = []
+    with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {key}"}, timeout=30.0) as http:
+        for _ in range(sessions):
+            session_id = http.post("/v1/sessions").raise_for_status().json()["session_id"]
+            for turn in range(turns):
+                ack = http.post(f"/v1/sessions/{session_id}/turns", json={"input": f"{phase} {turn}"},
+                                headers={"Idempotency-Key": f"{session_id}-{phase}-{turn}"}).raise_for_status().json()
+                written.append({"session_id": session_id, "tenant": name, "seq": ack["seq"], "hash": ack["hash"],
+                                "idempotency_key": f"{session_id}-{phase}-{turn}", "acked_at": time.time()})
+    receipts[phase] = written
+    run.record_measurement("receipts", receipts)
+    return len(written)
+
+
+def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """After a restore: wait until the platform serves again, then read every written session back.
+
+    RTO: from the disaster to healthy with verified data. RPO: acknowledged turns lost, and the
+    time from the last backup to the disaster. Integrity: share of sessions from before the
+    backup whose every turn and chain verify.
+    """
+    run = RunContext.of(configuration or {})
+    disaster = (run.measurement("disaster") or {}).get("at")
+    backup = run.measurement("backup") or {}
+    receipts = {phase: [Receipt(**r) for r in rows] for phase, rows in (run.measurement("receipts") or {}).items()}
+    gateway, keys = run.target.gateway()
+    deadline = time.monotonic() + timeout_s
+    verifier = ReferenceVerifier(gateway, keys)
+    result: dict[str, Any] = {"healthy": False}
+    try:
+        while time.monotonic() < deadline:
+            try:
+                before = audit_delivery(receipts.get("before-backup", []), verifier)
+                healthy = run.target.store_healthy() and before.lost == 0
+            except Exception:  # noqa: BLE001 - the platform is still down
+                healthy = False
+            if healthy:
+                recovered_at = time.time()
+                after = audit_delivery(receipts.get("after-backup", []), verifier)
+                sessions = before.sessions
+                result = {
+                    "healthy": True, "rto_s": recovered_at - disaster if disaster else None,
+                    "rpo_turns": after.lost + before.lost,
+                    "rpo_s": disaster - backup["at"] if disaster and backup.get("created") else None,
+                    "integrity": (sum(1 for s in sessions if s.chain_ok and not s.lost) / len(sessions)) if sessions else 1.0,
+                    "backup_created": bool(backup.get("created")),
+                }
+                break
+            time.sleep(0.2)
+    finally:
+        verifier.close()
+    run.record_measurement("restore", result)
+    return result
+
+
+def store_recovered(max_rto_s: float, max_rpo_turns: int, configuration: dict[str, Any] | None = None) -> bool:
+    """Before the method: the store is healthy. After: RTO and RPO within target, integrity 100%."""
+    run = RunContext.of(configuration or {})
+    measured = run.measurement("restore")
+    if measured is None:
+        return run.target.store_healthy()
+    return (bool(measured.get("healthy")) and measured.get("rto_s") is not None
+            and measured["rto_s"] <= max_rto_s and measured["rpo_turns"] <= max_rpo_turns
+            and measured["integrity"] == 1.0)

@@ -1,0 +1,246 @@
+"""Run a Chaos Toolkit experiment with chaoslib: validated, rollbacks always, verdict from the journal.
+
+- Variables are checked against the scenario's typed parameters before anything runs.
+- The target is resolved (and, on kubernetes, checked against the allow-list) before anything runs.
+- The rollback strategy is always ``always``: SIGINT and SIGTERM interrupt the run, and the
+  rollbacks still put the target back. Whatever a run left open in the fault ledger is undone
+  afterwards as well, so no fault outlives the run; `drillbook rollback` covers a killed runner.
+- Every activity's start and end goes into the run's timeline.
+- The verdict comes from the journal (hypotheses before, during and after, activity statuses,
+  process exit codes, rollbacks), never from an exit code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from drillbook.chaos.actions import undo
+from drillbook.chaos.context import RunContext
+from drillbook.chaos.ledger import FaultLedger
+from drillbook.chaos.scenarios import SCENARIOS
+from drillbook.chaos.targets import target_from
+from drillbook.config import project_root, validation_line
+from drillbook.errors import ConfigError
+
+ROLLBACKS_ALWAYS = {"runtime": {"rollbacks": {"strategy": "always"}}}
+INJECTED_PREFIX = "drillbook_"
+
+
+def experiment_path(name_or_path: str) -> Path:
+    """A scenario name from experiments/ or a path to an experiment file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml", ".json"} and candidate.is_file():
+        return candidate.resolve()
+    named = project_root() / "experiments" / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    raise ConfigError(f"unknown experiment {name_or_path!r}; known: {', '.join(SCENARIOS)} (or a path to a file)")
+
+
+def load(path: Path) -> dict[str, Any]:
+    from chaoslib.exceptions import ChaosException
+    from chaoslib.loader import load_experiment
+
+    try:
+        return load_experiment(str(path), verify_tls=False)
+    except ChaosException as error:
+        raise ConfigError(f"cannot load experiment {path}: {error}") from None
+
+
+def parameters_for(experiment: dict[str, Any], scenario: str | None, variables: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's configuration with variables applied, validated against the scenario's model."""
+    defaults = {k: v for k, v in (experiment.get("configuration") or {}).items() if not k.startswith(INJECTED_PREFIX)}
+    unknown = sorted(set(variables) - set(defaults))
+    if unknown:
+        raise ConfigError(f"unknown parameter {unknown[0]!r} for this experiment; known: {', '.join(sorted(defaults))}")
+    merged = {**defaults, **variables}
+    model = SCENARIOS.get(scenario or "")
+    if model is not None:
+        try:
+            return model.model_validate(merged).model_dump()
+        except ValidationError as error:
+            raise ConfigError(validation_line(error)) from None
+    return merged
+
+
+@dataclass
+class ChaosResult:
+    """One experiment run: its journal, verdict and reasons, timeline and measurements."""
+
+    experiment: str
+    run_id: str
+    journal: dict[str, Any]
+    verdict: str
+    reasons: list[str]
+    timeline: list[dict[str, Any]]
+    measurements: dict[str, Any]
+    run_dir: Path
+    fallback_rollbacks: list[str] = field(default_factory=list)
+
+
+def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
+    """PASS / FAIL / ERROR / ABORTED from what the journal records."""
+    reasons: list[str] = []
+    states = journal.get("steady_states") or {}
+    before, after, during = states.get("before"), states.get("after"), states.get("during") or []
+    failed_runs = [r for r in journal.get("run", []) if r.get("status") == "failed"]
+    for run in failed_runs:
+        reasons.append(f"activity {run['activity'].get('name')} failed: {str(run.get('exception', ''))[-200:].strip()}")
+    for run in journal.get("run", []):
+        output = run.get("output")
+        if run["activity"].get("provider", {}).get("type") == "process" and isinstance(output, dict) \
+                and output.get("status") not in (0, None):
+            reasons.append(f"process {run['activity'].get('name')} exited {output.get('status')}")
+    failed_rollbacks = [r for r in journal.get("rollbacks", []) if r.get("status") == "failed"]
+    for run in failed_rollbacks:
+        reasons.append(f"rollback {run['activity'].get('name')} failed")
+    if journal.get("status") in ("interrupted", "aborted"):
+        return "ABORTED", [f"run {journal['status']}"] + reasons
+    if before is not None and not before.get("steady_state_met"):
+        return "ERROR", ["steady state not met before the fault: nothing was judged"] + reasons
+    deviated = False
+    for state in during:
+        if not state.get("steady_state_met"):
+            deviated = True
+            reasons.append("steady state not met during the method")
+            break
+    if journal.get("deviated") or (after is not None and not after.get("steady_state_met")):
+        deviated = True
+        for probe in (after or {}).get("probes", []):
+            if not probe.get("tolerance_met"):
+                reasons.append(f"probe {probe['activity']['name']} missed its tolerance after the fault")
+    if deviated:
+        return "FAIL", reasons
+    if failed_runs or failed_rollbacks or reasons:
+        return "ERROR", reasons
+    return "PASS", reasons
+
+
+def _timeline_handler(timeline: list[dict[str, Any]]) -> Any:
+    from chaoslib.run import RunEventHandler
+
+    class TimelineHandler(RunEventHandler):  # type: ignore[misc]
+        """Writes every activity's start and end into the run's timeline."""
+
+        def _add(self, kind: str, **fields: Any) -> None:
+            timeline.append({"t": time.time(), "kind": kind, **fields})
+
+        def start_activity(self, activity: dict[str, Any]) -> None:
+            self._add("activity_started", name=activity.get("name"), type=activity.get("type"))
+
+        def activity_completed(self, activity: dict[str, Any], run: dict[str, Any]) -> None:
+            self._add("activity_finished", name=activity.get("name"), status=run.get("status") if run else None)
+
+        def start_method(self, experiment: dict[str, Any]) -> None:
+            self._add("method_started")
+
+        def method_completed(self, experiment: dict[str, Any], state: Any) -> None:
+            self._add("method_finished")
+
+        def start_rollbacks(self, experiment: dict[str, Any]) -> None:
+            self._add("rollbacks_started")
+
+        def rollbacks_completed(self, experiment: dict[str, Any], journal: dict[str, Any]) -> None:
+            self._add("rollbacks_finished")
+
+        def signal_exit(self) -> None:
+            self._add("signal_received")
+
+    return TimelineHandler()
+
+
+def plan(name_or_path: str, variables: dict[str, Any], target_configuration: dict[str, Any]) -> list[str]:
+    """What a run would do, with arguments resolved, touching nothing (dry run)."""
+    from chaoslib import substitute
+
+    path = experiment_path(name_or_path)
+    experiment = load(path)
+    parameters = parameters_for(experiment, path.stem, variables)
+    if target_configuration.get("drillbook_target") == "kubernetes":
+        from drillbook.chaos.targets import KubernetesTarget
+
+        KubernetesTarget(target_configuration)  # the allow-list, before anything else
+    lines = [f"experiment {path.stem} on {target_configuration.get('drillbook_target')}: {experiment['title']}"]
+    for section in ("method", "rollbacks"):
+        for activity in experiment.get(section, []):
+            provider = activity.get("provider", {})
+            arguments = substitute(provider.get("arguments", {}), parameters, {})
+            lines.append(f"{section}: {activity['type']} {activity['name']} -> {provider.get('func')}({arguments})")
+    return lines
+
+
+def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, variables: dict[str, Any] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None) -> ChaosResult:
+    """Validate, then run the experiment; rollbacks always run and leftover faults are undone."""
+    from chaoslib.experiment import ensure_experiment_is_valid, run_experiment
+
+    path = experiment_path(name_or_path)
+    experiment = load(path)
+    parameters = parameters_for(experiment, path.stem, variables or {})
+    run_id = uuid.uuid4().hex[:12]
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"run folder {run_dir} is not empty; each run needs its own")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    configuration = {**parameters, **target_configuration, "drillbook_run_id": run_id,
+                     "drillbook_run_dir": str(run_dir)}
+    context = RunContext.of(configuration)  # resolves the target; the allow-list refuses here
+    experiment = copy.deepcopy(experiment)
+    experiment["configuration"] = configuration
+    ensure_experiment_is_valid(experiment)
+    timeline: list[dict[str, Any]] = [{"t": time.time(), "kind": "experiment_started", "experiment": path.stem,
+                                       "run_id": run_id}]
+    fallback: list[str] = []
+    journal: dict[str, Any] = {}
+    try:
+        journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
+                                 event_handlers=[_timeline_handler(timeline)])
+    finally:
+        # Belt and braces: whatever the journal says, nothing this run injected stays in place.
+        for fault in context.ledger.open_faults(run_id):
+            how = undo(context, fault)
+            context.ledger.resolve(fault, how)
+            fallback.append(f"{fault.kind}: {how}")
+            timeline.append({"t": time.time(), "kind": "fallback_rollback", "fault": fault.kind, "how": how})
+    verdict, reasons = verdict_of(journal)
+    if fallback:
+        reasons.append("faults left open after the rollbacks were undone: " + "; ".join(fallback))
+    timeline.append({"t": time.time(), "kind": "experiment_finished", "verdict": verdict})
+    measurements_path = run_dir / "measurements.json"
+    measurements = json.loads(measurements_path.read_text()) if measurements_path.exists() else {}
+    (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
+    return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir, fallback)
+
+
+def rollback_all(target_configuration: dict[str, Any]) -> list[str]:
+    """Undo every open fault in the target's ledger (what `drillbook rollback` does); safe to repeat."""
+    context = RunContext.of({**target_configuration, "drillbook_run_id": "rollback"})
+    done = []
+    for fault in context.ledger.open_faults():
+        how = undo(context, fault)
+        context.ledger.resolve(fault, how)
+        done.append(f"{fault.kind} ({fault.detail}): {how}")
+    return done
+
+
+def sandbox_configuration(state_dir: Path) -> dict[str, Any]:
+    return {"drillbook_target": "sandbox", "drillbook_state_dir": str(state_dir),
+            "drillbook_ledger": str(Path(state_dir) / "faults.jsonl")}
+
+
+def kubernetes_configuration(context: str, namespace: str, allowed_contexts: list[str], allowed_namespaces: list[str],
+                             ledger_dir: Path, **extra: Any) -> dict[str, Any]:
+    return {"drillbook_target": "kubernetes", "kube_context": context, "kube_namespace": namespace,
+            "allowed_contexts": allowed_contexts, "allowed_namespaces": allowed_namespaces,
+            "drillbook_ledger": str(Path(ledger_dir) / f"faults-{context}.jsonl"), **extra}
+
+
+__all__ = ["ChaosResult", "FaultLedger", "experiment_path", "kubernetes_configuration", "parameters_for", "plan",
+           "rollback_all", "run", "sandbox_configuration", "target_from", "verdict_of"]

@@ -1,0 +1,150 @@
+"""Client traffic that chaos probes drive through a gateway while a fault is in place.
+
+Concurrent sessions run turns (idempotency keys, retried once on failure as a client would) for
+a bounded time and number of turns; every request's latency and outcome is kept. Windows are
+written to the run folder as JSON so that later probes, safeguards and the runner can judge
+them. This is deliberately small: sustained load belongs to Locust (drillbook.load).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+MAX_TURNS_PER_SESSION = 10_000
+
+
+@dataclass
+class TrafficWindow:
+    """What clients saw in one window: acknowledged and failed turns, latencies, timing."""
+
+    name: str
+    tenant: str
+    started: float = 0.0
+    ended: float = 0.0
+    acknowledged: int = 0
+    failed: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    judged: bool = False
+
+    @property
+    def error_rate(self) -> float:
+        total = self.acknowledged + self.failed
+        return self.failed / total if total else math.nan
+
+    def percentile_ms(self, quantile: float) -> float:
+        if not self.latencies_ms:
+            return math.nan
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(quantile * len(ordered)) - 1))]
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {"window": self.name, "tenant": self.tenant, "acknowledged": self.acknowledged, "failed": self.failed,
+                "error_rate": self.error_rate, "p50_ms": self.percentile_ms(0.5), "p95_ms": self.percentile_ms(0.95),
+                "started": self.started, "ended": self.ended}
+
+
+def window_path(run_dir: Path, name: str) -> Path:
+    return Path(run_dir) / f"traffic-{name}.json"
+
+
+def save_window(run_dir: Path, window: TrafficWindow) -> None:
+    path = window_path(run_dir, window.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(window)))
+    os.replace(partial, path)
+
+
+def load_window(run_dir: Path, name: str) -> TrafficWindow | None:
+    path = window_path(run_dir, name)
+    if not path.exists():
+        return None
+    return TrafficWindow(**json.loads(path.read_text()))
+
+
+def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
+          max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
+          run_dir: Path | None = None, stream_first_token: bool = False) -> TrafficWindow:
+    """Run `sessions` concurrent sessions for at most duration_s and max_turns each."""
+    window = TrafficWindow(name, tenant, started=time.time())
+    lock = threading.Lock()
+    stop_at = time.monotonic() + duration_s
+
+    def record(ok: bool, millis: float, error: str = "") -> None:
+        with lock:
+            if ok:
+                window.acknowledged += 1
+                window.latencies_ms.append(millis)
+            else:
+                window.failed += 1
+                window.errors[error] = window.errors.get(error, 0) + 1
+            if run_dir is not None and (window.acknowledged + window.failed) % 10 == 0:
+                save_window(run_dir, window)
+
+    def one_session() -> None:
+        with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {key}"}, timeout=30.0) as http:
+            try:
+                response = http.post("/v1/sessions")
+                session_id = response.json()["session_id"] if response.status_code == 201 else None
+            except httpx.HTTPError as error:
+                record(False, 0.0, type(error).__name__)
+                return
+            if session_id is None:
+                record(False, 0.0, f"HTTP {response.status_code}")
+                return
+            for turn in range(max_turns):
+                if time.monotonic() >= stop_at:
+                    return
+                body: dict[str, object] = {"input": f"turn {turn}"}
+                if max_tokens:
+                    body["max_tokens"] = max_tokens
+                started = time.perf_counter()
+                try:
+                    response = http.post(f"/v1/sessions/{session_id}/turns", json=body,
+                                         headers={"Idempotency-Key": uuid.uuid4().hex})
+                    ok, error = response.status_code == 200, f"HTTP {response.status_code}"
+                except httpx.HTTPError as exc:
+                    ok, error = False, type(exc).__name__
+                record(ok, (time.perf_counter() - started) * 1000, "" if ok else error)
+                if think_s:
+                    time.sleep(think_s)
+
+    threads = [threading.Thread(target=one_session, daemon=True) for _ in range(sessions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(duration_s + 60)
+    window.ended = time.time()
+    if run_dir is not None:
+        save_window(run_dir, window)
+    return window
+
+
+def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0) -> dict[str, float]:
+    """One streamed turn on a new session: seconds to the first token and to the acknowledgement."""
+    with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s) as http:
+        sent = time.time()
+        response = http.post("/v1/sessions")
+        response.raise_for_status()
+        session_id = response.json()["session_id"]
+        first_token = None
+        with http.stream("POST", f"/v1/sessions/{session_id}/turns?stream=true", json={"input": "wake up"},
+                         headers={"Idempotency-Key": uuid.uuid4().hex}) as streamed:
+            if streamed.status_code != 200:
+                raise httpx.HTTPStatusError(f"HTTP {streamed.status_code}", request=streamed.request, response=streamed)
+            for line in streamed.iter_lines():
+                if line and first_token is None and '"token"' in line:
+                    first_token = time.time()
+        done = time.time()
+    return {"sent": sent, "first_token": first_token or done, "acknowledged": done,
+            "first_token_s": (first_token or done) - sent, "total_s": done - sent}
