@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import copy
+import logging
 import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,6 +32,8 @@ from drillbook.config import project_root, validation_line
 from drillbook.errors import ConfigError
 
 ROLLBACKS_ALWAYS = {"runtime": {"rollbacks": {"strategy": "always"}}}
+# chaoslib narrates every step at INFO and WARNING; drillbook keeps its own timeline instead.
+logging.getLogger("chaostoolkit").setLevel(logging.ERROR)
 INJECTED_PREFIX = "drillbook_"
 
 
@@ -177,9 +180,21 @@ def plan(name_or_path: str, variables: dict[str, Any], target_configuration: dic
     return lines
 
 
+def safeguard_control(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A chaostoolkit-addons safeguard: when one of these probes misses its tolerance the run is
+    interrupted as soon as possible, and the rollbacks run."""
+    return {"name": "drillbook-safeguard",
+            "provider": {"type": "python", "module": "chaosaddons.controls.safeguards",
+                         "arguments": {"probes": probes}}}
+
+
 def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, variables: dict[str, Any] | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None) -> ChaosResult:
-    """Validate, then run the experiment; rollbacks always run and leftover faults are undone."""
+        safeguards: list[dict[str, Any]] | None = None) -> ChaosResult:
+    """Validate, then run the experiment; rollbacks always run and leftover faults are undone.
+
+    safeguards: extra probe definitions (with ``frequency`` and ``tolerance``) that abort the
+    fault when they fail, for example the victim's error rate passing a limit.
+    """
     from chaoslib.experiment import ensure_experiment_is_valid, run_experiment
 
     path = experiment_path(name_or_path)
@@ -194,6 +209,8 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     context = RunContext.of(configuration)  # resolves the target; the allow-list refuses here
     experiment = copy.deepcopy(experiment)
     experiment["configuration"] = configuration
+    if safeguards:
+        experiment["controls"] = [*experiment.get("controls", []), safeguard_control(safeguards)]
     ensure_experiment_is_valid(experiment)
     timeline: list[dict[str, Any]] = [{"t": time.time(), "kind": "experiment_started", "experiment": path.stem,
                                        "run_id": run_id}]
