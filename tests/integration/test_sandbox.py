@@ -192,4 +192,4 @@ def test_replicas_die_with_a_killed_supervisor(sandbox_factory):
     os.kill(handle.pid, signal.SIGKILL)
     handle.process.wait(10)
     wait_for(lambda: not any(launcher._alive(pid) for pid in pids))
-    assert not launcher.is_running(handle.state_dir)
+    wait_for(lambda: not launcher.is_running(handle.state_dir), timeout=10)
