@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from drillbook.config import LoadOptions, SandboxConfig
-from drillbook.delivery import Receipt, audit_delivery
+from drillbook.delivery import StoredSessionsVerifier, audit_delivery
 from drillbook.load import collect, locustfile_for, run_load
 from drillbook.sandbox import launcher
-from drillbook.sandbox.chain import GENESIS_HASH, turn_hash, verify_chain
+from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
 from drillbook.sandbox.store import Turn
 
 TRIVIAL_SERVER = textwrap.dedent("""
@@ -102,18 +102,7 @@ class NoSessions:
         return True
 
 
-class Synthetic:
-    def __init__(self, sessions: dict[str, list[Turn]]) -> None:
-        self.sessions = sessions
-
-    def read(self, tenant: str, session_id: str) -> list[Turn] | None:
-        return self.sessions.get(session_id)
-
-    def chain_ok(self, session_id: str, turns: list[Turn]) -> bool:
-        return verify_chain(session_id, turns).ok
-
-
-def synthetic_run(out: Path, sessions: int = 100, seconds: int = 600) -> Synthetic:
+def synthetic_run(out: Path, sessions: int = 100, seconds: int = 600) -> StoredSessionsVerifier:
     """Locust JSON, request log and receipts of a 10-minute run, one turn/s per session."""
     out.mkdir(parents=True, exist_ok=True)
     start = 1_800_000_000
@@ -136,7 +125,7 @@ def synthetic_run(out: Path, sessions: int = 100, seconds: int = 600) -> Synthet
         "name": "turn", "method": "POST", "num_requests": total, "num_failures": 0, "max_response_time": 18.5,
         "response_times": {str(12 + d): total // 7 for d in range(7)},
         "num_reqs_per_sec": {str(start + s): sessions for s in range(1, seconds + 1)}, "num_fail_per_sec": {}}]))
-    return Synthetic(stored)
+    return StoredSessionsVerifier(stored)
 
 
 def parse_and_audit(work: Path) -> None:

@@ -76,6 +76,20 @@ class ReferenceVerifier:
         return verify_chain(session_id, turns).ok
 
 
+class StoredSessionsVerifier:
+    """Read-back from sessions already in hand (an export, a dump, a test's own data), chains
+    checked the reference platform's way."""
+
+    def __init__(self, sessions: dict[str, list[Turn]]) -> None:
+        self.sessions = sessions
+
+    def read(self, tenant: str, session_id: str) -> list[Turn] | None:
+        return self.sessions.get(session_id)
+
+    def chain_ok(self, session_id: str, turns: list[Turn]) -> bool:
+        return verify_chain(session_id, turns).ok
+
+
 @dataclass
 class SessionAudit:
     session_id: str

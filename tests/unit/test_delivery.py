@@ -6,23 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from drillbook.delivery import Receipt, audit_delivery
+from drillbook.delivery import Receipt, StoredSessionsVerifier, audit_delivery
 from drillbook.load import histogram_percentile
-from drillbook.sandbox.chain import GENESIS_HASH, turn_hash, verify_chain
+from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
 from drillbook.sandbox.store import Turn
-
-
-class StoredSessions:
-    """A Verifier over sessions held in memory (what a workload would have stored)."""
-
-    def __init__(self, sessions: dict[str, list[Turn]]) -> None:
-        self.sessions = sessions
-
-    def read(self, tenant: str, session_id: str) -> list[Turn] | None:
-        return self.sessions.get(session_id)
-
-    def chain_ok(self, session_id: str, turns: list[Turn]) -> bool:
-        return verify_chain(session_id, turns).ok
 
 
 def session(session_id: str, keys: list[str]) -> list[Turn]:
@@ -40,26 +27,26 @@ def receipts_for(turns: list[Turn]) -> list[Receipt]:
 
 def test_everything_delivered():
     stored = session("s1", ["k1", "k2", "k3"])
-    report = audit_delivery(receipts_for(stored), StoredSessions({"s1": stored}))
+    report = audit_delivery(receipts_for(stored), StoredSessionsVerifier({"s1": stored}))
     assert report.ok and report.acknowledged == 3 and report.lost == 0
 
 
 def test_a_deleted_acknowledged_turn_is_lost():
     stored = session("s1", ["k1", "k2", "k3"])
-    report = audit_delivery(receipts_for(stored), StoredSessions({"s1": stored[:2]}))
+    report = audit_delivery(receipts_for(stored), StoredSessionsVerifier({"s1": stored[:2]}))
     assert not report.ok and report.lost == 1 and report.sessions[0].lost == [3]
 
 
 def test_a_missing_session_loses_every_turn():
     stored = session("s1", ["k1", "k2"])
-    report = audit_delivery(receipts_for(stored), StoredSessions({}))
+    report = audit_delivery(receipts_for(stored), StoredSessionsVerifier({}))
     assert report.lost == 2
 
 
 def test_a_turn_applied_twice_is_duplicated():
     stored = session("s1", ["k1", "k2", "k2", "k3"])
     acked = [r for r in receipts_for(stored) if r.seq != 3]
-    report = audit_delivery(acked, StoredSessions({"s1": stored}))
+    report = audit_delivery(acked, StoredSessionsVerifier({"s1": stored}))
     assert not report.ok and report.duplicated == 1
     assert report.lost == 0  # every acknowledgement is there; the extra copy is the failure
 
@@ -67,14 +54,14 @@ def test_a_turn_applied_twice_is_duplicated():
 def test_altered_content_breaks_the_chain():
     stored = session("s1", ["k1", "k2"])
     altered = [stored[0], replace(stored[1], output="changed")]
-    report = audit_delivery(receipts_for(stored), StoredSessions({"s1": altered}))
+    report = audit_delivery(receipts_for(stored), StoredSessionsVerifier({"s1": altered}))
     assert report.broken_chains == 1 and not report.ok
 
 
 def test_a_gap_in_seq_is_out_of_order():
     stored = session("s1", ["k1", "k2", "k3"])
     gap = [stored[0], stored[2]]
-    report = audit_delivery(receipts_for(gap), StoredSessions({"s1": gap}))
+    report = audit_delivery(receipts_for(gap), StoredSessionsVerifier({"s1": gap}))
     assert report.out_of_order == 1 and not report.ok
 
 

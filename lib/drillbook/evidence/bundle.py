@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from drillbook import __version__
+from drillbook.digest import file_sha256 as sha256_file
 from drillbook.errors import DrillbookError, InvalidInput
 from drillbook.evidence import signing
 from drillbook.evidence.redact import Redactor
@@ -60,14 +61,6 @@ def utc_stamp(moment: datetime) -> str:
 
 def utc_iso(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def canonical_json(value: Any) -> bytes:

@@ -18,7 +18,6 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web

@@ -7,7 +7,6 @@ thread-safe (one connection per thread); the async services call them from a thr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -23,6 +22,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable, StoreUnreachable
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
 
@@ -71,14 +71,6 @@ class BackupInfo:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class StateStore(ABC):

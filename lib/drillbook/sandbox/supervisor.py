@@ -29,10 +29,11 @@ import aiohttp
 from aiohttp import web
 
 from drillbook.config import Defect
+from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable
 from drillbook.sandbox.runtime import Runtime
 from drillbook.sandbox.service import LOOPBACK, use_fast_event_loop
-from drillbook.sandbox.store import BackupInfo, StateStore, file_sha256
+from drillbook.sandbox.store import BackupInfo, StateStore
 
 log = logging.getLogger("drillbook.supervisor")
 

@@ -1,0 +1,58 @@
+"""The `drillbook` Typer app, its consoles and shared options, and the entry point that turns
+every failure into one line and an exit code: 2 for bad input (refused before anything is
+touched), 1 for a failure while running.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from drillbook import __version__
+from drillbook.errors import DrillbookError
+
+app = typer.Typer(
+    name="drillbook", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Executable resilience runbooks for AI-agent platforms, with tamper-evident evidence.",
+)
+
+console = Console()
+err_console = Console(stderr=True)
+
+StateDirOption = typer.Option(None, "--state-dir", help="Sandbox state directory [env DRILLBOOK_STATE_DIR].")
+
+
+@app.command()
+def version() -> None:
+    """Print drillbook's version."""
+    console.print(__version__)
+
+
+def _say(message: str) -> None:
+    """One line on stderr, never wrapped: what failed and, where it helps, what to do."""
+    sys.stderr.write("drillbook: " + " ".join(message.split()) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app and turn every failure into one line and an exit code."""
+    try:
+        code = app(args=argv, prog_name="drillbook", standalone_mode=False)
+    except DrillbookError as error:
+        _say(str(error))
+        sys.exit(error.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _say("interrupted")
+        sys.exit(130)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except Exception as error:
+        # Typer's (vendored) click usage errors: unknown option, bad value, missing argument.
+        if hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int):
+            if error.format_message():
+                _say(error.format_message())
+            sys.exit(2)
+        raise
+    if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value here
+        sys.exit(code)

@@ -1,0 +1,122 @@
+"""`drillbook chaos run` and `drillbook rollback`: experiments with rollbacks always."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.config import state_dir
+
+chaos_app = typer.Typer(no_args_is_help=True, help="Chaos Toolkit experiments, rollbacks always.")
+app.add_typer(chaos_app, name="chaos")
+
+
+def _target_configuration(target: str, state: Optional[Path], context: Optional[str], namespace: str,
+                          allow_context: list[str], allow_namespace: list[str]) -> dict:
+    from drillbook.chaos.runner import kubernetes_configuration, sandbox_configuration
+    from drillbook.errors import ConfigError
+
+    if target == "sandbox":
+        from drillbook.sandbox import launcher
+
+        directory = state_dir(state)
+        launcher.require(directory)
+        return sandbox_configuration(directory)
+    if target == "kubernetes":
+        if not context:
+            raise ConfigError("--target kubernetes needs --context")
+        return kubernetes_configuration(context, namespace, allow_context, allow_namespace,
+                                        state_dir(state).parent / "kubernetes")
+    raise ConfigError(f"unknown target {target!r}; use sandbox or kubernetes")
+
+
+def _variables(items: list[str]) -> dict:
+    from drillbook.errors import ConfigError
+
+    variables = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"invalid --var {item!r}: use name=value")
+        try:
+            variables[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            variables[name.strip()] = value
+    return variables
+
+
+TargetOption = typer.Option("sandbox", help="sandbox or kubernetes.")
+ContextOption = typer.Option(None, "--context", help="kubeconfig context (kubernetes).")
+NamespaceOption = typer.Option("default", "--namespace", help="Namespace to act in (kubernetes).")
+AllowContextOption = typer.Option([], "--allow-context", help="Context allowed to be acted on (repeat).")
+AllowNamespaceOption = typer.Option([], "--allow-namespace", help="Namespace allowed to be acted on (repeat).")
+
+
+@chaos_app.command("run")
+def chaos_run(
+    experiment: str = typer.Argument(..., help="ha-replica-loss, noisy-neighbour, cold-start, restore-drill, or a file."),
+    target: str = TargetOption,
+    var: list[str] = typer.Option([], "--var", help="Override a parameter: name=value (repeat)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for journal.json and measurements."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be done; touch nothing."),
+    state: Optional[Path] = StateDirOption,
+    context: Optional[str] = ContextOption,
+    namespace: str = NamespaceOption,
+    allow_context: list[str] = AllowContextOption,
+    allow_namespace: list[str] = AllowNamespaceOption,
+) -> None:
+    """Run one experiment; rollbacks always run, also on Ctrl-C and SIGTERM. Exit 0 only on PASS."""
+    import tempfile
+
+    from drillbook.chaos import plan, run
+    from drillbook.chaos.runner import experiment_path, load, parameters_for
+
+    variables = _variables(var)
+    path = experiment_path(experiment)
+    parameters_for(load(path), path.stem, variables)  # bad input stops here, before anything runs
+    configuration = _target_configuration(target, state, context, namespace, allow_context, allow_namespace)
+    if dry_run:
+        for line in plan(experiment, variables, configuration):
+            console.print(line, soft_wrap=True, markup=False)
+        return
+    run_dir = out or Path(tempfile.mkdtemp(prefix="drillbook-chaos-"))
+    err_console.print(f"[dim]…[/] running {experiment} on {target}; journal in {run_dir}")
+    result = run(experiment, configuration, run_dir, variables)
+    table = Table(title=f"{result.experiment} on {target}: {result.verdict}")
+    table.add_column("t+ s", justify="right")
+    table.add_column("event")
+    start = result.timeline[0]["t"]
+    for event in result.timeline:
+        detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in {"t", "kind"})
+        table.add_row(f"{event['t'] - start:.2f}", f"{event['kind']} {detail}")
+    console.print(table)
+    for reason in result.reasons:
+        console.print(f"- {reason}", soft_wrap=True, markup=False)
+    console.print(f"verdict {result.verdict}; journal {run_dir / 'journal.json'}")
+    if result.verdict != "PASS":
+        raise typer.Exit(1)
+
+
+@app.command("rollback")
+def rollback_command(
+    target: str = TargetOption,
+    state: Optional[Path] = StateDirOption,
+    context: Optional[str] = ContextOption,
+    namespace: str = NamespaceOption,
+    allow_context: list[str] = AllowContextOption,
+    allow_namespace: list[str] = AllowNamespaceOption,
+) -> None:
+    """Undo every fault a crashed or killed run left in place (from the fault ledger); safe to repeat."""
+    from drillbook.chaos import rollback_all
+
+    done = rollback_all(_target_configuration(target, state, context, namespace, allow_context, allow_namespace))
+    for line in done:
+        console.print(f"undone: {line}", soft_wrap=True, markup=False)
+    console.print(f"{len(done)} faults undone" if done else "nothing to roll back")
+
+

@@ -1,0 +1,95 @@
+"""`drillbook load`: a bounded Locust run against a target, then the delivery audit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.config import build, parse_duration, state_dir
+
+
+@app.command("load")
+def load_command(
+    profile: str = typer.Argument(..., help="Load profile from loadtests/ (agent-sessions, noisy-tenant) or a locustfile path."),
+    out: Path = typer.Option(..., "--out", help="Folder for Locust's raw files, receipts and the summary."),
+    target: str = typer.Option("sandbox", help="Where the workload runs: sandbox (the running one) or url."),
+    host: Optional[str] = typer.Option(None, help="Gateway URL when --target url; keys from DRILLBOOK_TENANT_KEYS."),
+    users: int = typer.Option(10, help="Concurrent users (agent sessions)."),
+    spawn_rate: float = typer.Option(10.0, help="Users started per second."),
+    duration: str = typer.Option("30s", help="How long the load runs (30s, 2m, ...)."),
+    stop_timeout: str = typer.Option("5s", help="Grace for in-flight turns at the end."),
+    processes: int = typer.Option(1, help="Locust processes (--processes)."),
+    setting: list[str] = typer.Option([], "--set", help="Profile setting name=value (repeat), e.g. think-time=0.2."),
+    state: Optional[Path] = StateDirOption,
+) -> None:
+    """Run a bounded Locust load against a target, then audit delivery of every acknowledged turn."""
+    import os
+
+    from drillbook.config import LoadOptions
+    from drillbook.delivery import ReferenceVerifier, audit_delivery
+    from drillbook.errors import ConfigError, DeliveryError
+    from drillbook.load import locustfile_for, profile_env, run_load
+    from drillbook.targets_access import gateway_and_keys
+
+    locustfile = locustfile_for(profile)
+    settings = {}
+    for item in setting:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"invalid --set {item!r}: use name=value")
+        settings[name.strip()] = value.strip()
+    run_time = parse_duration(duration, "--duration")
+    options = build(LoadOptions, host=host or "http://127.0.0.1", users=users, spawn_rate=spawn_rate,
+                    run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
+                    processes=processes, env=profile_env(settings, run_time))
+    gateway, keys = gateway_and_keys(target, host, state_dir(state), os.environ.get("DRILLBOOK_TENANT_KEYS", ""))
+    options = options.model_copy(update={"host": gateway})
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task(f"{locustfile.stem}: {users} users against {gateway}", total=run_time)
+        result = run_load(options, locustfile, keys, out,
+                          progress=lambda elapsed, total: bar.update(task, completed=min(elapsed, total)))
+    verifier = ReferenceVerifier(gateway, keys)
+    try:
+        delivery = audit_delivery(result.receipts, verifier)
+    finally:
+        verifier.close()
+    table = Table(title=f"load {locustfile.stem}: {result.total_requests} requests, "
+                        f"{result.total_failures} failed, {result.wall_s:.1f}s")
+    for column in ("request", "requests", "failures", "p50 ms", "p95 ms", "p99 ms"):
+        table.add_column(column, justify="right" if column != "request" else "left")
+    for row in result.stats.itertuples():
+        table.add_row(row.name, str(row.requests), str(row.failures), f"{row.p50_ms:.0f}", f"{row.p95_ms:.0f}",
+                      f"{row.p99_ms:.0f}")
+    console.print(table)
+    phases = result.by_phase()
+    if len(phases):
+        phase_table = Table(title="by phase (exact, from the request log)")
+        for column in ("phase", "request", "requests", "error rate", "p50 ms", "p95 ms", "p99 ms"):
+            phase_table.add_column(column)
+        for row in phases.itertuples():
+            phase_table.add_row(row.phase, row.name, str(row.requests), f"{row.error_rate:.1%}", f"{row.p50_ms:.1f}",
+                                f"{row.p95_ms:.1f}", f"{row.p99_ms:.1f}")
+        console.print(phase_table)
+    summary = delivery.summary()
+    console.print("delivery: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
+    (out / "load-summary.json").write_text(json.dumps({
+        "profile": locustfile.stem, "requests": result.total_requests, "failures": result.total_failures,
+        "wall_s": result.wall_s, "exit_code": result.exit_code, "delivery": summary}, indent=2))
+    if not delivery.ok:
+        raise DeliveryError(f"delivery failed: {summary['lost']} lost, {summary['duplicated']} duplicated, "
+                            f"{summary['out_of_order']} out of order, {summary['broken_chains']} broken chains")
+
+
