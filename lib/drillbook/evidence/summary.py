@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,7 +44,7 @@ class RunSummary(BaseModel):
     runbook: str
     control: str = Field(description="ha, isolation, cold-start, restore, or another name")
     verdict: Verdict
-    metrics: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
     checks: list[SloCheck] = Field(default_factory=list)
     reason: str = ""
 

@@ -1,0 +1,55 @@
+"""`drillbook run`: execute a runbook with Papermill on a target and seal its evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.config import state_dir
+from drillbook.errors import ConfigError
+
+
+@app.command("run")
+def run_command(
+    runbook: Optional[str] = typer.Argument(None, help="Runbook name from runbooks/ (omit to list them)."),
+    target: str = typer.Option("sandbox", help="Where the workload runs."),
+    parameter: list[str] = typer.Option([], "-p", "--parameter", help="name=value (repeat)."),
+    results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundle."),
+    state: Optional[Path] = StateDirOption,
+) -> None:
+    """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
+    from drillbook.execute import available_runbooks, execute, notebook_parameters, runbook_path, validate_parameters
+
+    if runbook is None:
+        table = Table(title="drills (runbooks/)")
+        table.add_column("runbook")
+        table.add_column("parameters")
+        for name in available_runbooks():
+            params = notebook_parameters(runbook_path(name))
+            table.add_row(name, ", ".join(f"{p.name}={p.default!r}" for p in params.values()
+                                          if not p.name.startswith("drillbook_") and p.name != "target"))
+        console.print(table)
+        return
+    overrides = {}
+    for item in parameter:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"invalid -p {item!r}: use name=value")
+        overrides[name.strip()] = value.strip()
+    validate_parameters(runbook_path(runbook), overrides)  # bad input stops here, before a kernel starts
+    err_console.print(f"[dim]…[/] running {runbook} on {target}")
+    executed = execute(runbook, target, overrides, results, state_dir(state))
+    colour = "green" if executed.verdict == "PASS" else "red"
+    console.print(f"{executed.runbook}: [{colour}]{executed.verdict}[/]  evidence {executed.bundle}")
+    for check in executed.summary.get("checks", []):
+        mark = "pass" if check["passed"] else "FAIL"
+        console.print(f"  {mark}  {check['name']}: {check['value']} {check['comparison']} {check['threshold']}"
+                      f"{check.get('unit', '')}", markup=False)
+    if executed.summary.get("reason") and executed.verdict != "PASS":
+        console.print(f"  {executed.summary['reason']}", markup=False)
+    if executed.verdict != "PASS":
+        raise typer.Exit(1)

@@ -1,0 +1,183 @@
+"""Papermill wrapper: one runbook run -> one evidence bundle.
+
+Parameters are checked against the notebook's own `parameters` cell before a kernel starts
+(unknown name or a value of the wrong type: one line, exit 2). The notebook runs in a hermetic
+environment (Jupyter, IPython and matplotlib write under the run's folder, not $HOME); the
+executed notebook, its HTML and everything the run wrote are sealed into the bundle. A failing
+cell yields verdict ERROR naming the cell, and the target is still rolled back.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from drillbook.config import project_root, results_dir, signing_key
+from drillbook.config import state_dir as default_state_dir
+from drillbook.errors import ConfigError
+
+INJECTED = ("target", "drillbook_work_dir", "drillbook_state_dir")
+HERMETIC_DIRS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR")
+
+
+def runbook_path(name: str) -> Path:
+    candidate = Path(name)
+    if candidate.suffix == ".ipynb" and candidate.is_file():
+        return candidate.resolve()
+    for folder in ("runbooks", "runbooks/oncall"):
+        path = project_root() / folder / f"{name}.ipynb"
+        if path.is_file():
+            return path
+    raise ConfigError(f"unknown runbook {name!r}; known: {', '.join(available_runbooks())}")
+
+
+def available_runbooks() -> list[str]:
+    folder = project_root() / "runbooks"
+    return sorted(p.stem for p in folder.glob("*.ipynb")) if folder.is_dir() else []
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: Any
+    help: str
+
+
+def notebook_parameters(path: Path) -> dict[str, Parameter]:
+    """The `name = literal  # help` lines of the cell tagged `parameters`."""
+    import nbformat
+
+    notebook = nbformat.read(str(path), as_version=4)
+    cell = next((c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None:
+        raise ConfigError(f"{path.name} has no cell tagged 'parameters'")
+    found = {}
+    for line in cell.source.splitlines():
+        code, _, comment = line.partition("#")
+        if "=" not in code:
+            continue
+        name, _, value = code.partition("=")
+        found[name.strip()] = Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip())
+    return found
+
+
+def _kind(value: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(type(value), type(value).__name__)
+
+
+def validate_parameters(path: Path, overrides: dict[str, str]) -> dict[str, Any]:
+    """Defaults with overrides applied, each converted to its default's type; bad input is a ConfigError."""
+    declared = notebook_parameters(path)
+    values = {name: parameter.default for name, parameter in declared.items() if name not in INJECTED}
+    for name, text in overrides.items():
+        if name not in values:
+            raise ConfigError(f"unknown parameter {name!r} for {path.stem}; known: {', '.join(values)}")
+        default = values[name]
+        try:
+            value: Any = ast.literal_eval(text) if not isinstance(default, str) else text
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"invalid {name}: {text!r} is not {_kind(default)}") from None
+        if isinstance(default, bool) != isinstance(value, bool) or \
+                (isinstance(default, (int, float)) and not isinstance(value, (int, float))):
+            raise ConfigError(f"invalid {name}: {text!r} is not {_kind(default)}")
+        if isinstance(default, float):
+            value = float(value)
+        elif isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+            raise ConfigError(f"invalid {name}: {text!r} is not an integer")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ConfigError(f"invalid {name}: {text!r} must not be negative")
+        values[name] = value
+    return values
+
+
+@contextmanager
+def hermetic(folder: Path) -> Iterator[None]:
+    """Point Jupyter, IPython and matplotlib at folder for the duration (the kernel inherits it)."""
+    saved = {name: os.environ.get(name) for name in HERMETIC_DIRS}
+    try:
+        for name in HERMETIC_DIRS:
+            path = folder / name.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            os.environ[name] = str(path)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@dataclass(frozen=True)
+class ExecutedRun:
+    runbook: str
+    verdict: str
+    bundle: Path
+    summary: dict[str, Any]
+
+
+def render_html(notebook_path: Path) -> str:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(notebook_path), as_version=4))
+    return body
+
+
+def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None = None,
+            results: Path | None = None, sandbox_state: Path | None = None,
+            execution_timeout: int = 1800) -> ExecutedRun:
+    """Run one runbook with Papermill and seal everything it produced as one evidence bundle."""
+    import papermill
+
+    from drillbook.chaos import rollback_all
+    from drillbook.chaos.runner import sandbox_configuration
+    from drillbook.evidence import BundleWriter, RunSummary
+    from drillbook.sandbox import launcher
+
+    path = runbook_path(name)
+    parameters = validate_parameters(path, overrides or {})
+    if target != "sandbox":
+        raise ConfigError(f"unknown target {target!r}: runbooks run on the sandbox in this version")
+    state = sandbox_state or default_state_dir()
+    handle = launcher.require(state)
+    secrets = [*handle.tenant_keys.values(), handle.runtime.control_token, handle.runtime.internal_token]
+    with tempfile.TemporaryDirectory(prefix=f"drillbook-run-{path.stem}-") as scratch:
+        work = Path(scratch) / "work"
+        work.mkdir()
+        executed = Path(scratch) / "runbook.ipynb"
+        with BundleWriter(results_dir(results), path.stem, target, parameters, secrets=secrets,
+                          signing_key=signing_key(), project_root=project_root()) as bundle:
+            error: str | None = None
+            with hermetic(Path(scratch) / "home"):
+                try:
+                    papermill.execute_notebook(
+                        str(path), str(executed), kernel_name="python3", progress_bar=False, cwd=str(work),
+                        execution_timeout=execution_timeout, log_output=False,
+                        parameters={**parameters, "target": target, "drillbook_work_dir": str(work),
+                                    "drillbook_state_dir": str(state)})
+                except papermill.PapermillExecutionError as failure:
+                    error = f"cell {failure.cell_index + 1} failed: {failure.ename}: {failure.evalue}"
+                finally:
+                    undone = rollback_all(sandbox_configuration(state))  # nothing stays injected
+                    if undone:
+                        bundle.event("fallback_rollback", undone=undone)
+            if executed.exists():
+                bundle.copy_file(executed, "runbook.ipynb")
+                bundle.write_text("runbook.html", render_html(executed))
+            summary_path = work / "summary.json"
+            if error is not None or not summary_path.exists():
+                summary = RunSummary(runbook=path.stem, control="unknown", verdict="ERROR",
+                                     reason=error or "the runbook did not record a verdict").to_json()
+                summary_path.unlink(missing_ok=True)
+                bundle.write_json("summary.json", summary)
+            else:
+                summary = json.loads(summary_path.read_text())
+            bundle.copy_tree(work, ".")
+    return ExecutedRun(path.stem, summary["verdict"], bundle.path, summary)

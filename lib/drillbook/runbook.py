@@ -1,0 +1,134 @@
+"""What a runbook notebook calls: begin a run, run experiments, record values, judge SLOs, finish.
+
+Every recorded value is displayed as a custom MIME bundle (with a text/plain fallback), so the
+executed notebook carries it and tests and reports can read it back with nbformat. Files go to
+the run's work folder (plots/, chaos/, summary.json, timeline.jsonl), which `drillbook run`
+seals into the evidence bundle. Notebooks never import locust.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from drillbook.config import state_dir as default_state_dir
+from drillbook.evidence.summary import RunSummary, SloCheck
+from drillbook.measure import check as slo_check
+
+RECORD_MIME = "application/vnd.drillbook.record+json"
+
+
+def _display(kind: str, payload: dict[str, Any], text: str) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - IPython comes with the kernel
+        return
+    display({RECORD_MIME: {"kind": kind, **payload}, "text/plain": text}, raw=True)
+
+
+class Run:
+    """One execution of a runbook against a target."""
+
+    def __init__(self, runbook: str, control: str, target: str, parameters: dict[str, Any], work_dir: Path,
+                 state_dir: Path) -> None:
+        self.runbook, self.control, self.target = runbook, control, target
+        self.parameters = parameters
+        self.work_dir = work_dir
+        self.state_dir = state_dir
+        self.metrics: dict[str, Any] = {}
+        self.checks: list[SloCheck] = []
+        self.timeline: list[dict[str, Any]] = []
+        self.chaos_runs = 0
+        (work_dir / "plots").mkdir(parents=True, exist_ok=True)
+        self.event("run_started", runbook=runbook, target=target)
+
+    @classmethod
+    def begin(cls, runbook: str, control: str, target: str = "sandbox", parameters: dict[str, Any] | None = None,
+              work_dir: str = "", state_dir: str = "") -> "Run":
+        from drillbook.errors import ConfigError
+
+        if target != "sandbox":
+            raise ConfigError(f"target {target!r}: runbooks run on the sandbox in this version")
+        work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"drillbook-{runbook}-"))
+        return cls(runbook, control, target, dict(parameters or {}), work,
+                   Path(state_dir) if state_dir else default_state_dir())
+
+    # -- target ------------------------------------------------------------------------------
+    def target_configuration(self) -> dict[str, Any]:
+        from drillbook.chaos.runner import sandbox_configuration
+
+        return sandbox_configuration(self.state_dir)
+
+    def sandbox_events(self, since: float = 0.0) -> list[dict[str, Any]]:
+        from drillbook.chaos.targets import SandboxTarget
+
+        return [e for e in SandboxTarget(self.state_dir).events() if e["t"] >= since]
+
+    # -- recording ---------------------------------------------------------------------------
+    def event(self, kind: str, **fields: Any) -> None:
+        self.timeline.append({"t": time.time(), "kind": kind, **fields})
+
+    def record(self, name: str, value: Any, unit: str = "") -> Any:
+        """Keep a measured value; it is shown in the notebook and lands in summary.json."""
+        self.metrics[name] = value
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        _display("record", {"name": name, "value": value, "unit": unit}, f"{name} = {shown}{unit}")
+        return value
+
+    def check(self, name: str, value: float | None, comparison: str, threshold: float, unit: str = "") -> SloCheck:
+        """Judge a value against an SLO; unmeasured values fail."""
+        judged = slo_check(name, value, comparison, threshold, unit)
+        self.checks.append(judged)
+        _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())
+        return judged
+
+    def chaos(self, experiment: str, **variables: Any) -> Any:
+        """Run one experiment on the target (rollbacks always); its files go under chaos/."""
+        from drillbook.chaos import run as run_experiment
+
+        self.chaos_runs += 1
+        run_dir = self.work_dir / "chaos" / f"{self.chaos_runs:02d}-{experiment}"
+        self.event("experiment_started", experiment=experiment, variables=variables)
+        result = run_experiment(experiment, self.target_configuration(), run_dir, variables)
+        self.timeline.extend({**e, "experiment": experiment} for e in result.timeline)
+        self.event("experiment_finished", experiment=experiment, verdict=result.verdict)
+        (run_dir / "timeline.json").write_text(json.dumps(result.timeline, indent=2, default=str))
+        return result
+
+    def save_plot(self, name: str, figure: Any) -> Path:
+        path = self.work_dir / "plots" / f"{name}.png"
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        return path
+
+    def finish(self, reason: str = "") -> RunSummary:
+        """Judge all checks into a verdict and write summary.json and timeline.jsonl."""
+        summary = RunSummary.judge(self.runbook, self.control, self.metrics, self.checks, reason=reason)
+        self.event("run_finished", verdict=summary.verdict)
+        (self.work_dir / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, default=str))
+        (self.work_dir / "timeline.jsonl").write_text(
+            "".join(json.dumps(e, default=str) + "\n" for e in self.timeline))
+        _display("verdict", {"verdict": summary.verdict}, f"verdict: {summary.verdict}")
+        return summary
+
+
+def recorded(notebook_path: Path) -> dict[str, Any]:
+    """Read back what an executed notebook recorded: values, checks and the verdict."""
+    import nbformat
+
+    notebook = nbformat.read(str(notebook_path), as_version=4)
+    found: dict[str, Any] = {"values": {}, "checks": [], "verdict": None}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {}).get(RECORD_MIME)
+            if not data:
+                continue
+            if data["kind"] == "record":
+                found["values"][data["name"]] = data["value"]
+            elif data["kind"] == "check":
+                found["checks"].append(data)
+            elif data["kind"] == "verdict":
+                found["verdict"] = data["verdict"]
+    return found
