@@ -99,3 +99,123 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     axis.set_xlabel("seconds since the backup")
     run.save_plot("restore-timeline", figure)
     return measured
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
+                    max_error_rate: float, max_recovery_s: float, max_p95_ms: float, think_time_s: float = 0.2,
+                    tolerance: float = 2.0, hold_s: float = 2.0) -> dict[str, Any]:
+    """Agent sessions under Locust load; kill replicas mid-session; recovery, errors, p95 and delivery."""
+    import time
+
+    from drillbook.delivery import ReferenceVerifier, audit_delivery
+    from drillbook.measure import percentile, recovery_time
+
+    load = run.start_load("agent-sessions", users=users, duration_s=duration_s,
+                          settings={"think-time": str(think_time_s)})
+    time.sleep(kill_after_s)
+    result = run.chaos("ha-replica-loss", kill_count=kill_count, kill_after_s=0.0, traffic_sessions=2,
+                       traffic_s=2.0, max_error_rate=1.0)
+    load_result = load.wait()
+    fault = result.measurements.get("fault_injected") or {}
+    fault_at = fault.get("at")
+    killed = fault.get("replicas", [])
+    events = run.sandbox_events(since=fault_at or 0.0)
+    ready_times = [next((e["t"] for e in events if e["kind"] == "replica_ready" and e.get("replica") == replica), None)
+                   for replica in killed]
+    ready_at = max(ready_times) if killed and all(ready_times) else None
+    turns = load_result.requests[load_result.requests["name"] == "turn"]
+    baseline = turns[turns["t"] < fault_at] if fault_at else turns
+    baseline_p95 = percentile(baseline["ms"], 0.95)
+    recovery = recovery_time(turns, fault_at, ready_at, baseline_p95, tolerance=tolerance, hold_s=hold_s) \
+        if fault_at else None
+    window_end = (ready_at or fault_at or 0.0) + hold_s
+    in_fault = turns[(turns["t"] >= (fault_at or 0.0)) & (turns["t"] < window_end)] if fault_at else turns.iloc[0:0]
+    error_rate = float((~in_fault["ok"]).mean()) if len(in_fault) else None
+    gateway, keys = run.gateway()
+    verifier = ReferenceVerifier(gateway, keys)
+    try:
+        delivery = audit_delivery(load_result.receipts, verifier)
+    finally:
+        verifier.close()
+    run.record("experiment_verdict", result.verdict)
+    run.record("killed_replicas", killed)
+    run.record("requests", load_result.total_requests)
+    run.record("baseline_p95_ms", baseline_p95, "ms")
+    run.record("p95_ms", percentile(turns["ms"], 0.95), "ms")
+    run.record("replicas_recovered_s", recovery.replicas_recovered_s if recovery else None, "s")
+    run.record("recovery_time_s", recovery.service_recovered_s if recovery else None, "s")
+    run.record("error_rate_fault", error_rate)
+    run.record("acknowledged_turns", delivery.acknowledged)
+    run.record("lost_turns", delivery.lost)
+    run.record("duplicated_turns", delivery.duplicated)
+    run.check("acknowledged turns lost", delivery.lost, "<=", 0)
+    run.check("acknowledged turns duplicated", delivery.duplicated + delivery.out_of_order + delivery.broken_chains,
+              "<=", 0)
+    run.check("error rate in the fault window", error_rate, "<=", max_error_rate)
+    run.check("service recovery time", recovery.service_recovered_s if recovery else None, "<=", max_recovery_s, "s")
+    run.check("p95 over the run", percentile(turns["ms"], 0.95), "<=", max_p95_ms, "ms")
+    plt = _plt()
+    figure, (latency, errors) = plt.subplots(2, 1, figsize=(8, 4), sharex=True)
+    origin = float(turns["t"].min()) if len(turns) else 0.0
+    per_second = turns.assign(s=(turns["t"] - origin).astype(int)).groupby("s")
+    latency.plot(per_second["ms"].quantile(0.95), label="p95 ms")
+    latency.plot(per_second["ms"].quantile(0.5), label="p50 ms")
+    errors.bar(per_second.size().index, (~turns["ok"]).groupby((turns["t"] - origin).astype(int)).sum()
+               .reindex(per_second.size().index, fill_value=0), color="#c62828", label="failed requests")
+    for axis in (latency, errors):
+        if fault_at:
+            axis.axvspan(fault_at - origin, window_end - origin, color="#c62828", alpha=0.12)
+        if recovery and recovery.service_recovered_s is not None and fault_at:
+            axis.axvline(fault_at - origin + recovery.service_recovered_s, color="#2e7d32", linestyle="--")
+        axis.legend(fontsize=7)
+    latency.set_ylabel("ms")
+    errors.set_ylim(bottom=0)
+    errors.set_xlabel("seconds into the run (shaded: fault until replicas ready; dashed: service recovered)")
+    run.save_plot("latency-errors", figure)
+    return {"delivery": delivery.summary()}
+
+
+def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline_s: float, burst_s: float,
+                    max_victim_p95_ratio: float, max_victim_error_rate: float) -> dict[str, Any]:
+    """Victim alone, then victim while an aggressor floods inference; ratio, queue wait and slot share."""
+    before = run.model_metrics()
+    result = run.chaos("noisy-neighbour", victim_tenant=victim_tenant, victim_sessions=victim_sessions,
+                       baseline_s=baseline_s, burst_s=burst_s, max_victim_p95_ratio=max_victim_p95_ratio)
+    after = run.model_metrics()
+    isolation = result.measurements.get("isolation") or {}
+    usage = {tenant: after.get(tenant, {}).get("gpu_seconds", 0.0) - before.get(tenant, {}).get("gpu_seconds", 0.0)
+             for tenant in after}
+    total = sum(usage.values()) or 1.0
+    waits = {tenant: (after[tenant].get("queue_wait_sum", 0.0) - before.get(tenant, {}).get("queue_wait_sum", 0.0)) /
+             max(1.0, after[tenant].get("queue_wait_count", 0.0) - before.get(tenant, {}).get("queue_wait_count", 0.0))
+             for tenant in after}
+    run.record("experiment_verdict", result.verdict)
+    run.record("victim_p95_ratio", isolation.get("victim_p95_ratio"))
+    run.record("victim_baseline_p95_ms", (isolation.get("baseline") or {}).get("p95_ms"), "ms")
+    run.record("victim_burst_p95_ms", (isolation.get("during") or {}).get("p95_ms"), "ms")
+    run.record("victim_error_rate", isolation.get("victim_error_rate"))
+    run.record("slot_share", {tenant: round(value / total, 4) for tenant, value in usage.items()})
+    run.record("mean_queue_wait_s", {tenant: round(value, 5) for tenant, value in waits.items()})
+    run.check("victim p95 ratio (burst over own baseline)", isolation.get("victim_p95_ratio"), "<=",
+              max_victim_p95_ratio)
+    run.check("victim error rate", isolation.get("victim_error_rate"), "<=", max_victim_error_rate)
+    plt = _plt()
+    figure, (latency, share) = plt.subplots(1, 2, figsize=(8, 2.6))
+    windows = {"baseline": isolation.get("baseline") or {}, "aggressor burst": isolation.get("during") or {}}
+    latency.bar([f"{w}\np50" for w in windows] + [f"{w}\np95" for w in windows],
+                [v.get("p50_ms", 0) for v in windows.values()] + [v.get("p95_ms", 0) for v in windows.values()],
+                color=["#1565c0", "#c62828", "#1565c0", "#c62828"])
+    latency.set_ylabel(f"victim ({victim_tenant}) ms")
+    share.bar(list(usage), [value / total for value in usage.values()], color="#6a1b9a")
+    share.set_ylabel("share of GPU-seconds")
+    run.save_plot("victim-vs-aggressor", figure)
+    return isolation

@@ -232,34 +232,50 @@ def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path) -> lis
     return argv
 
 
-def run_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
-             progress: Callable[[float, float], None] | None = None) -> LoadResult:
-    """Run Locust within its bound and collect everything it wrote into out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **options.env,
-           "DRILLBOOK_TENANT_KEYS": ",".join(f"{tenant}={key}" for tenant, key in tenant_keys.items()),
-           "DRILLBOOK_LOAD_OUT": str(out_dir)}
-    bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S
-    started = time.time()
-    overran = False
-    with open(out_dir / "locust.stdout.log", "wb") as console:
-        process = subprocess.Popen(locust_command(options, locustfile, out_dir), env=env, stdin=subprocess.DEVNULL,
-                                   stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+class LoadRun:
+    """A Locust run in progress (its own process group); `wait` bounds it and collects the result."""
+
+    def __init__(self, options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **options.env,
+               "DRILLBOOK_TENANT_KEYS": ",".join(f"{tenant}={key}" for tenant, key in tenant_keys.items()),
+               "DRILLBOOK_LOAD_OUT": str(out_dir)}
+        self.options, self.out_dir = options, out_dir
+        self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S
+        self.started = time.time()
+        with open(out_dir / "locust.stdout.log", "wb") as console:
+            self.process = subprocess.Popen(locust_command(options, locustfile, out_dir), env=env,
+                                            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    def wait(self, progress: Callable[[float, float], None] | None = None) -> LoadResult:
+        overran = False
         try:
-            while process.poll() is None:
-                if time.time() - started > bound:
+            while self.process.poll() is None:
+                if time.time() - self.started > self.bound:
                     overran = True
                     break
                 if progress is not None:
-                    progress(time.time() - started, options.run_time_s)
+                    progress(time.time() - self.started, self.options.run_time_s)
                 time.sleep(0.1)
         finally:
-            _kill_group(process)  # always: nothing Locust started outlives the run
-    wall = time.time() - started
-    if overran:
-        raise LoadRunOverran(f"locust ran past its bound of {bound:.0f}s and was killed with its children; "
-                             f"see {out_dir / 'locust.log'}")
-    return collect(out_dir, process.returncode, wall)
+            _kill_group(self.process)  # always: nothing Locust started outlives the run
+        wall = time.time() - self.started
+        if overran:
+            raise LoadRunOverran(f"locust ran past its bound of {self.bound:.0f}s and was killed with its children; "
+                                 f"see {self.out_dir / 'locust.log'}")
+        return collect(self.out_dir, self.process.returncode, wall)
+
+
+def start_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path) -> LoadRun:
+    """Start Locust without waiting (for load that must run while something else happens)."""
+    return LoadRun(options, locustfile, tenant_keys, out_dir)
+
+
+def run_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
+             progress: Callable[[float, float], None] | None = None) -> LoadResult:
+    """Run Locust within its bound and collect everything it wrote into out_dir."""
+    return start_load(options, locustfile, tenant_keys, out_dir).wait(progress)
 
 
 def collect(out_dir: Path, exit_code: int | None, wall_s: float) -> LoadResult:

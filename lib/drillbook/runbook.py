@@ -62,6 +62,48 @@ class Run:
 
         return sandbox_configuration(self.state_dir)
 
+    def gateway(self) -> tuple[str, dict[str, str]]:
+        from drillbook.chaos.targets import SandboxTarget
+
+        return SandboxTarget(self.state_dir).gateway()
+
+    def model_metrics(self) -> dict[str, dict[str, float]]:
+        """Per tenant, summed over model replicas: GPU-seconds and queue-wait sum and count."""
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from drillbook.chaos.targets import SandboxTarget
+
+        target = SandboxTarget(self.state_dir)
+        with target.handle.control() as control:
+            urls = [r["url"] for r in control.status()["services"]["model"]["replicas"] if r["url"]]
+        totals: dict[str, dict[str, float]] = {}
+        names = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
+                 "drillbook_model_queue_wait_seconds_sum": "queue_wait_sum",
+                 "drillbook_model_queue_wait_seconds_count": "queue_wait_count"}
+        for url in urls:
+            try:
+                text = httpx.get(f"{url}/metrics", timeout=5).text
+            except httpx.HTTPError:
+                continue
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name in names and "tenant" in sample.labels:
+                        tenant = totals.setdefault(sample.labels["tenant"], {})
+                        tenant[names[sample.name]] = tenant.get(names[sample.name], 0.0) + sample.value
+        return totals
+
+    def start_load(self, profile: str, users: int, duration_s: float, settings: dict[str, str] | None = None) -> Any:
+        """Start Locust (a subprocess, never imported here); its files go under load/."""
+        from drillbook.config import LoadOptions
+        from drillbook.load import locustfile_for, profile_env, start_load
+
+        gateway, keys = self.gateway()
+        options = LoadOptions(host=gateway, users=users, spawn_rate=max(users, 1) * 5, run_time_s=duration_s,
+                              stop_timeout_s=5, env=profile_env(settings or {}, duration_s))
+        self.event("load_started", profile=profile, users=users, duration_s=duration_s)
+        return start_load(options, locustfile_for(profile), keys, self.work_dir / "load")
+
     def sandbox_events(self, since: float = 0.0) -> list[dict[str, Any]]:
         from drillbook.chaos.targets import SandboxTarget
 

@@ -131,3 +131,38 @@ def test_a_failing_cell_is_error_with_the_cell_named_and_the_target_rolled_back(
     assert replicas(handle) == before
     manifest = json.loads((executed.bundle / "manifest.json").read_text())
     assert "runbook.ipynb" in manifest["files"]
+
+
+def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=200)
+    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "8", "kill_after_s": "3"},
+                       results=tmp_path / "results", sandbox_state=handle.state_dir)
+    assert executed.verdict == "PASS", executed.summary
+    values = run_recorded(executed.bundle)["values"]
+    assert values["lost_turns"] == 0 and values["acknowledged_turns"] > 20 and values["error_rate_fault"] == 0
+    assert values["recovery_time_s"] is not None and values["replicas_recovered_s"] > 0
+    assert (executed.bundle / "load" / "locust.json").exists()
+    assert (executed.bundle / "plots" / "latency-errors.png").exists()
+
+
+def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=100, defects=["no-retries"])
+    executed = execute("ha-replica-loss", overrides={"users": "10", "duration_s": "8", "kill_after_s": "3",
+                                                     "think_time_s": "0.0"},
+                       results=tmp_path / "results", sandbox_state=handle.state_dir)
+    assert executed.verdict == "FAIL"
+    assert run_recorded(executed.bundle)["values"]["error_rate_fault"] > 0
+
+
+def test_noisy_neighbour_passes_with_fair_sharing_and_fails_without(sandbox_factory, tmp_path):
+    fast = {"baseline_s": "2", "burst_s": "3"}
+    fair = sandbox_factory(tokens_per_second=200)
+    passed = execute("noisy-neighbour", overrides=fast, results=tmp_path / "fair", sandbox_state=fair.state_dir)
+    assert passed.verdict == "PASS", passed.summary
+    values = run_recorded(passed.bundle)["values"]
+    assert values["victim_p95_ratio"] < 3.0
+    assert values["slot_share"]["tenant-b"] > values["slot_share"]["tenant-a"]  # the aggressor used more
+    unfair = sandbox_factory(tokens_per_second=200, defects=["no-fair-sharing"])
+    failed = execute("noisy-neighbour", overrides=fast, results=tmp_path / "unfair", sandbox_state=unfair.state_dir)
+    assert failed.verdict == "FAIL"
+    assert run_recorded(failed.bundle)["values"]["victim_p95_ratio"] > 3.0

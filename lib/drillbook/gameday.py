@@ -1,0 +1,139 @@
+"""A game day: a plan of runbooks run in order on one target, one lock per target, and a summary
+bundle that lists every run's verdict and evidence.
+
+The plan is validated whole before anything runs (unknown runbook, unknown or bad parameter:
+one line, exit 2). When the target is the sandbox and none is running, the game day starts one
+and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import Field, ValidationError
+
+from drillbook.config import StrictModel, project_root, results_dir, signing_key, validation_line
+from drillbook.errors import ConfigError, InvalidInput
+
+
+class PlannedRun(StrictModel):
+    runbook: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class GameDayPlan(StrictModel):
+    name: str
+    target: str = "sandbox"
+    runbooks: list[PlannedRun] = Field(min_length=1)
+
+
+class GameDayLocked(InvalidInput):
+    """Another game day holds this target."""
+
+
+def plan_path(name_or_path: str | None) -> Path:
+    if name_or_path is None:
+        return project_root() / "gamedays" / "default.yaml"
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
+        return candidate
+    named = project_root() / "gamedays" / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    raise ConfigError(f"unknown game-day plan {name_or_path!r} (a name in gamedays/ or a YAML file)")
+
+
+def load_plan(path: Path) -> GameDayPlan:
+    """Read and validate a plan, including every runbook's parameters, before anything runs."""
+    from drillbook.execute import runbook_path, validate_parameters
+
+    try:
+        plan = GameDayPlan.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as error:
+        raise ConfigError(f"{path.name}: {validation_line(error)}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path.name} is not valid YAML: {error}") from None
+    if plan.target != "sandbox":
+        raise ConfigError(f"{path.name}: target {plan.target!r}: game days run on the sandbox in this version")
+    for index, planned in enumerate(plan.runbooks, start=1):
+        try:
+            validate_parameters(runbook_path(planned.runbook),
+                                {k: str(v) for k, v in planned.parameters.items()})
+        except ConfigError as error:
+            raise ConfigError(f"{path.name}: runbook {index} ({planned.runbook}): {error}") from None
+    return plan
+
+
+@dataclass
+class GameDayResult:
+    plan: GameDayPlan
+    runs: list[tuple[str, str, Path]]  # runbook, verdict, bundle
+    summary_bundle: Path
+
+    @property
+    def passed(self) -> bool:
+        return all(verdict == "PASS" for _, verdict, _ in self.runs)
+
+
+class TargetLock:
+    """One game day per target at a time (an exclusive lock held for the whole game day)."""
+
+    def __init__(self, folder: Path, target: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"gameday-{target}.lock"
+
+    def __enter__(self) -> "TargetLock":
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise GameDayLocked(f"another game day is running on this target (lock {self.path})") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
+                on_start: Callable[[int, int, str], None] | None = None,
+                on_done: Callable[[str, str, Path], None] | None = None) -> GameDayResult:
+    from drillbook.config import SandboxConfig
+    from drillbook.evidence import BundleWriter, RunSummary, SloCheck
+    from drillbook.execute import execute
+    from drillbook.sandbox import launcher
+
+    plan = load_plan(plan_file)
+    runs: list[tuple[str, str, Path]] = []
+    with TargetLock(sandbox_state.parent, plan.target):
+        handle = launcher.find(sandbox_state)
+        started_here = handle is None
+        if handle is None:
+            handle = launcher.start(SandboxConfig(), sandbox_state)
+        try:
+            for index, planned in enumerate(plan.runbooks, start=1):
+                if on_start:
+                    on_start(index, len(plan.runbooks), planned.runbook)
+                executed = execute(planned.runbook, plan.target, {k: str(v) for k, v in planned.parameters.items()},
+                                   results, sandbox_state)
+                runs.append((executed.runbook, executed.verdict, executed.bundle))
+                if on_done:
+                    on_done(executed.runbook, executed.verdict, executed.bundle)
+        finally:
+            if started_here:
+                launcher.stop(sandbox_state, handle=handle)
+        checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
+                  for runbook, verdict, _ in runs]
+        summary = RunSummary.judge(f"gameday-{plan.name}", "gameday",
+                                   {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs]},
+                                   checks)
+        with BundleWriter(results_dir(results), f"gameday-{plan.name}", plan.target, plan.model_dump(),
+                          signing_key=signing_key(), project_root=project_root()) as bundle:
+            bundle.write_json("summary.json", summary.to_json())
+    return GameDayResult(plan, runs, bundle.path)

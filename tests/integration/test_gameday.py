@@ -1,0 +1,69 @@
+"""Game days: a plan validated whole before anything runs, one lock per target, a summary bundle."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from drillbook.errors import ConfigError
+from drillbook.evidence import verify_path
+from drillbook.gameday import (
+    GameDayLocked,
+    TargetLock,
+    load_plan,
+    plan_path,
+    run_gameday,
+)
+from drillbook.sandbox import launcher
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_default_plan_is_valid():
+    plan = load_plan(plan_path(None))
+    assert [r.runbook for r in plan.runbooks] == ["ha-replica-loss", "noisy-neighbour", "cold-start", "restore-drill"]
+
+
+@pytest.mark.parametrize(("runbooks", "message"), [
+    ([{"runbook": "cold-start"}, {"runbook": "chaos-monkey"}], "runbook 2 (chaos-monkey): unknown runbook"),
+    ([{"runbook": "cold-start", "parameters": {"trials": "lots"}}], "invalid trials"),
+    ([{"runbook": "cold-start", "parameters": {"colour": 1}}], "unknown parameter 'colour'"),
+    ([], "runbooks"),
+])
+def test_a_bad_plan_is_refused_before_anything_runs(tmp_path, runbooks, message):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "bad", "target": "sandbox", "runbooks": runbooks}))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_plan(plan)
+    state = tmp_path / "state"
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(state)}
+    result = subprocess.run([sys.executable, "-m", "drillbook", "gameday", str(plan), "--results",
+                             str(tmp_path / "results")], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "results").exists() and not launcher.is_running(state)
+
+
+def test_a_second_game_day_on_the_same_target_is_refused(tmp_path):
+    with TargetLock(tmp_path, "sandbox"):
+        with pytest.raises(GameDayLocked, match="another game day"):
+            with TargetLock(tmp_path, "sandbox"):
+                pass
+
+
+def test_a_short_game_day_starts_the_sandbox_runs_the_plan_and_stops_it(tmp_path):
+    plan = tmp_path / "short.yaml"
+    plan.write_text(yaml.safe_dump({"name": "short", "target": "sandbox", "runbooks": [
+        {"runbook": "cold-start", "parameters": {"trials": 1, "idle_s": 0.1}},
+        {"runbook": "restore-drill"}]}))
+    state = tmp_path / "state"
+    result = run_gameday(plan, state, tmp_path / "results")
+    assert result.passed and [r for r, _, _ in result.runs] == ["cold-start", "restore-drill"]
+    assert not launcher.is_running(state)  # started here, stopped here
+    summary = json.loads((result.summary_bundle / "summary.json").read_text())
+    assert summary["verdict"] == "PASS" and len(summary["metrics"]["runs"]) == 2
+    assert verify_path(tmp_path / "results").ok
