@@ -16,6 +16,7 @@ import httpx
 from drillbook.chaos.context import RunContext
 from drillbook.chaos.traffic import drive, first_token_latency, load_window, save_window
 from drillbook.delivery import Receipt, ReferenceVerifier, audit_delivery
+from drillbook.measure import restore_figures
 
 __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
            "traffic_error_rate_below", "victim_p95_ratio_within", "first_request_from_zero", "cold_start_within",
@@ -171,16 +172,19 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
             except Exception:  # noqa: BLE001 - the platform is still down
                 healthy = False
             if healthy:
-                recovered_at = time.time()
                 after = audit_delivery(receipts.get("after-backup", []), verifier)
                 sessions = before.sessions
-                result = {
-                    "healthy": True, "rto_s": recovered_at - disaster if disaster else None,
-                    "rpo_turns": after.lost + before.lost,
-                    "rpo_s": disaster - backup["at"] if disaster and backup.get("created") else None,
-                    "integrity": (sum(1 for s in sessions if s.chain_ok and not s.lost) / len(sessions)) if sessions else 1.0,
-                    "backup_created": bool(backup.get("created")),
-                }
+                acknowledged = before.acknowledged + after.acknowledged
+                figures = restore_figures(
+                    disaster_at=disaster or time.time(), healthy_with_data_at=time.time(),
+                    last_backup_at=backup.get("at") if backup.get("created") else None,
+                    acknowledged_before_disaster=acknowledged,
+                    acknowledged_after_restore=acknowledged - after.lost - before.lost,
+                    sessions_checked=len(sessions),
+                    sessions_verified=sum(1 for s in sessions if s.chain_ok and not s.lost))
+                result = {"healthy": True, "rto_s": figures.rto_s if disaster else None,
+                          "rpo_turns": figures.rpo_turns, "rpo_s": figures.rpo_s, "integrity": figures.integrity,
+                          "backup_created": bool(backup.get("created"))}
                 break
             time.sleep(0.2)
     finally:

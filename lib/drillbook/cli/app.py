@@ -30,6 +30,19 @@ def version() -> None:
     console.print(__version__)
 
 
+def name_value_pairs(items: list[str], option: str) -> dict[str, str]:
+    """`name=value` options (repeatable) as a dict; anything else is one ConfigError line."""
+    from drillbook.errors import ConfigError
+
+    pairs = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"invalid {option} {item!r}: use name=value")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
 def _say(message: str) -> None:
     """One line on stderr, never wrapped: what failed and, where it helps, what to do."""
     sys.stderr.write("drillbook: " + " ".join(message.split()) + "\n")

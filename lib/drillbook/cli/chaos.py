@@ -9,7 +9,13 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.cli.app import (
+    StateDirOption,
+    app,
+    console,
+    err_console,
+    name_value_pairs,
+)
 from drillbook.config import state_dir
 
 chaos_app = typer.Typer(no_args_is_help=True, help="Chaos Toolkit experiments, rollbacks always.")
@@ -36,17 +42,13 @@ def _target_configuration(target: str, state: Optional[Path], context: Optional[
 
 
 def _variables(items: list[str]) -> dict:
-    from drillbook.errors import ConfigError
-
-    variables = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(f"invalid --var {item!r}: use name=value")
+    """--var name=value, the value read as JSON where it is JSON (numbers, booleans), else text."""
+    variables: dict = {}
+    for name, value in name_value_pairs(items, "--var").items():
         try:
-            variables[name.strip()] = json.loads(value)
+            variables[name] = json.loads(value)
         except json.JSONDecodeError:
-            variables[name.strip()] = value
+            variables[name] = value
     return variables
 
 

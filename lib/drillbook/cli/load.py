@@ -16,7 +16,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.cli.app import (
+    StateDirOption,
+    app,
+    console,
+    err_console,
+    name_value_pairs,
+)
 from drillbook.config import build, parse_duration, state_dir
 
 
@@ -39,17 +45,12 @@ def load_command(
 
     from drillbook.config import LoadOptions
     from drillbook.delivery import ReferenceVerifier, audit_delivery
-    from drillbook.errors import ConfigError, DeliveryError
+    from drillbook.errors import DeliveryError
     from drillbook.load import locustfile_for, profile_env, run_load
     from drillbook.targets_access import gateway_and_keys
 
     locustfile = locustfile_for(profile)
-    settings = {}
-    for item in setting:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"invalid --set {item!r}: use name=value")
-        settings[name.strip()] = value.strip()
+    settings = name_value_pairs(setting, "--set")
     run_time = parse_duration(duration, "--duration")
     options = build(LoadOptions, host=host or "http://127.0.0.1", users=users, spawn_rate=spawn_rate,
                     run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),

@@ -8,9 +8,14 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.cli.app import (
+    StateDirOption,
+    app,
+    console,
+    err_console,
+    name_value_pairs,
+)
 from drillbook.config import state_dir
-from drillbook.errors import ConfigError
 
 
 @app.command("run")
@@ -22,7 +27,13 @@ def run_command(
     state: Optional[Path] = StateDirOption,
 ) -> None:
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
-    from drillbook.execute import available_runbooks, execute, notebook_parameters, runbook_path, validate_parameters
+    from drillbook.execute import (
+        available_runbooks,
+        execute,
+        notebook_parameters,
+        runbook_path,
+        validate_parameters,
+    )
 
     if runbook is None:
         table = Table(title="drills (runbooks/)")
@@ -34,12 +45,7 @@ def run_command(
                                           if not p.name.startswith("drillbook_") and p.name != "target"))
         console.print(table)
         return
-    overrides = {}
-    for item in parameter:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"invalid -p {item!r}: use name=value")
-        overrides[name.strip()] = value.strip()
+    overrides = name_value_pairs(parameter, "-p")
     validate_parameters(runbook_path(runbook), overrides)  # bad input stops here, before a kernel starts
     err_console.print(f"[dim]…[/] running {runbook} on {target}")
     executed = execute(runbook, target, overrides, results, state_dir(state))
