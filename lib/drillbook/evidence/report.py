@@ -101,6 +101,10 @@ def trend_chart(control: Control, runs: list[BundleRow]) -> str | None:
     for moment, value, verdict in points:
         ax.scatter([moment], [value if value is not None else 0], color="#2e7d32" if verdict == "PASS" else "#c62828",
                    s=18, zorder=3)
+    if len(points) == 1:  # one run: a day either side, not matplotlib's default of years
+        from datetime import timedelta
+
+        ax.set_xlim(points[0][0] - timedelta(days=1), points[0][0] + timedelta(days=1))
     ax.tick_params(labelsize=6)
     fig.autofmt_xdate()
     fig.tight_layout()
