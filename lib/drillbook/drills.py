@@ -121,7 +121,9 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
 
     load = run.start_load("agent-sessions", users=users, duration_s=duration_s,
                           settings={"think-time": str(think_time_s)})
-    time.sleep(kill_after_s)
+    flowing = load.wait_until_flowing()
+    run.event("load_flowing", flowing=flowing)
+    time.sleep(kill_after_s)  # the baseline, measured from when requests actually flow
     result = run.chaos("ha-replica-loss", kill_count=kill_count, kill_after_s=0.0, traffic_sessions=2,
                        traffic_s=2.0, max_error_rate=1.0)
     load_result = load.wait()

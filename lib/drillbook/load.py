@@ -248,6 +248,15 @@ class LoadRun:
                                             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                             start_new_session=True)
 
+    def wait_until_flowing(self, timeout_s: float = 60.0) -> bool:
+        """Block until the first requests show in the request log (Locust can take seconds to start)."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and self.process.poll() is None:
+            if any(path.stat().st_size > 0 for path in self.out_dir.glob("requests-*.csv")):
+                return True
+            time.sleep(0.1)
+        return False
+
     def wait(self, progress: Callable[[float, float], None] | None = None) -> LoadResult:
         overran = False
         try:

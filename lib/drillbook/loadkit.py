@@ -189,9 +189,19 @@ class AgentClientUser(FastHttpUser):
 _started_at: list[float] = []
 
 
+FLUSH_EVERY_S = 0.5
+
+
+def _flush_while_running() -> None:
+    while True:
+        gevent.sleep(FLUSH_EVERY_S)
+        recorder.flush()
+
+
 @events.test_start.add_listener
 def _mark_start(**_: Any) -> None:
     _started_at[:] = [time.time()]
+    gevent.spawn(_flush_while_running)  # so that a caller can see that requests are flowing
 
 
 def elapsed() -> float:
