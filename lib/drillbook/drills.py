@@ -140,7 +140,10 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     recovery = recovery_time(turns, fault_at, ready_at, baseline_p95, tolerance=tolerance, hold_s=hold_s) \
         if fault_at else None
     window_end = (ready_at or fault_at or 0.0) + hold_s
-    in_fault = turns[(turns["t"] >= (fault_at or 0.0)) & (turns["t"] < window_end)] if fault_at else turns.iloc[0:0]
+    # Requests in flight during the window count, not only those started in it: the ones a kill
+    # breaks were sent before the kill.
+    finished = turns["t"] + turns["ms"] / 1000.0
+    in_fault = turns[(finished >= (fault_at or 0.0)) & (turns["t"] < window_end)] if fault_at else turns.iloc[0:0]
     error_rate = float((~in_fault["ok"]).mean()) if len(in_fault) else None
     gateway, keys = run.gateway()
     verifier = ReferenceVerifier(gateway, keys)
