@@ -22,17 +22,12 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-
 from drillbook.config import SandboxConfig
+from drillbook.measure import percentile
 from drillbook.sandbox import launcher
 from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN, HEADER_TENANT
 
 MAX_REQUESTS = 500_000
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 async def saturate(gateway: str, key: str, seconds: float, concurrency: int) -> tuple[int, int, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from drillbook.measure import ColdStartTrial, cold_start_phases, cold_start_summary
+from drillbook.plots import pyplot
 from drillbook.runbook import Run
 
 
@@ -43,11 +44,7 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[s
     run.check("cold-start P95 time to first token", summary["p95_s"], "<=", slo_p95_s, "s")
     run.check("trials completed", len(measured), ">=", trials)
     if measured:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         phases = cold_start_phases(measured)
         figure, axis = plt.subplots(figsize=(7, 0.5 + 0.35 * len(phases)))
         phases.index = [f"trial {i + 1}" for i in range(len(phases))]
@@ -77,11 +74,7 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     run.check("RPO (acknowledged turns lost)", measured.get("rpo_turns"), "<=", max_rpo_turns)
     run.check("integrity of restored sessions", measured.get("integrity") if measured.get("healthy") else None,
               ">=", 1.0)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     marks = {"backup": (result.measurements.get("backup") or {}).get("at"),
              "disaster": (result.measurements.get("disaster") or {}).get("at"),
              "restored": (result.measurements.get("restored") or {}).get("at")}
@@ -99,15 +92,6 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     axis.set_xlabel("seconds since the backup")
     run.save_plot("restore-timeline", figure)
     return measured
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
@@ -168,7 +152,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.check("error rate in the fault window", error_rate, "<=", max_error_rate)
     run.check("service recovery time", recovery.service_recovered_s if recovery else None, "<=", max_recovery_s, "s")
     run.check("p95 over the run", percentile(turns["ms"], 0.95), "<=", max_p95_ms, "ms")
-    plt = _plt()
+    plt = pyplot()
     figure, (latency, errors) = plt.subplots(2, 1, figsize=(8, 4), sharex=True)
     origin = float(turns["t"].min()) if len(turns) else 0.0
     per_second = turns.assign(s=(turns["t"] - origin).astype(int)).groupby("s")
@@ -213,7 +197,7 @@ def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline
     run.check("victim p95 ratio (burst over own baseline)", isolation.get("victim_p95_ratio"), "<=",
               max_victim_p95_ratio)
     run.check("victim error rate", isolation.get("victim_error_rate"), "<=", max_victim_error_rate)
-    plt = _plt()
+    plt = pyplot()
     figure, (latency, share) = plt.subplots(1, 2, figsize=(8, 2.6))
     windows = {"baseline": isolation.get("baseline") or {}, "aggressor burst": isolation.get("during") or {}}
     latency.bar([f"{w}\np50" for w in windows] + [f"{w}\np95" for w in windows],

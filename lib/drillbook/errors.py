@@ -8,7 +8,9 @@ The tree::
     │   ├── PortInUse                 a port asked for is already bound on 127.0.0.1
     │   ├── SandboxAlreadyRunning     a second `sandbox up` on the same state dir
     │   ├── StoreUnreachable          a PostgreSQL DSN that cannot be connected to
-    │   └── TargetUnreachable         the workload's gateway does not accept connections
+    │   ├── TargetUnreachable         the workload's gateway does not accept connections
+    │   ├── BundleExists              an evidence bundle folder that is already there
+    │   └── GameDayLocked             a second game day on the same target
     ├── SandboxError                  the reference platform misbehaved
     │   ├── SandboxNotRunning         a command needs a running sandbox and there is none
     │   ├── SandboxStartFailed        a service did not become ready in time
@@ -17,7 +19,8 @@ The tree::
     │   ├── StoreUnavailable          the store is gone (destroyed) or cannot be reached
     │   └── BackupError               a backup or restore did not complete
     ├── DeliveryError                 read-back shows acknowledged turns lost, duplicated or broken
-    └── LoadRunOverran                Locust outlived its bound and was killed (drillbook.load)
+    ├── LoadRunOverran                Locust outlived its bound and was killed with its children
+    └── EvidenceError                 a bundle could not be written as evidence must be
 
 The CLI catches DrillbookError at its edge and prints ``drillbook: <message>``; nothing else
 reaches the user as a traceback.
@@ -58,6 +61,14 @@ class TargetUnreachable(InvalidInput):
     """The workload's address does not accept connections."""
 
 
+class BundleExists(InvalidInput):
+    """The bundle folder is already there; evidence is never overwritten."""
+
+
+class GameDayLocked(InvalidInput):
+    """Another game day holds this target."""
+
+
 class SandboxError(DrillbookError):
     """The local reference platform failed."""
 
@@ -88,3 +99,11 @@ class BackupError(StoreError):
 
 class DeliveryError(DrillbookError):
     """Acknowledged turns are missing, duplicated or their hash chain is broken."""
+
+
+class LoadRunOverran(DrillbookError):
+    """Locust did not finish within its bound and was killed with its children."""
+
+
+class EvidenceError(DrillbookError):
+    """A bundle could not be written as evidence must be (overwrite, bad path, sealed)."""

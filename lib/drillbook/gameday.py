@@ -18,7 +18,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from drillbook.config import StrictModel, project_root, results_dir, signing_key, validation_line
-from drillbook.errors import ConfigError, InvalidInput
+from drillbook.errors import ConfigError, GameDayLocked
 
 
 class PlannedRun(StrictModel):
@@ -30,10 +30,6 @@ class GameDayPlan(StrictModel):
     name: str
     target: str = "sandbox"
     runbooks: list[PlannedRun] = Field(min_length=1)
-
-
-class GameDayLocked(InvalidInput):
-    """Another game day holds this target."""
 
 
 def plan_path(name_or_path: str | None) -> Path:

@@ -25,14 +25,11 @@ import pandas as pd
 
 from drillbook.config import LoadOptions, project_root
 from drillbook.delivery import Receipt, read_receipts
-from drillbook.errors import ConfigError, DrillbookError
+from drillbook.errors import ConfigError, LoadRunOverran
+from drillbook.targets_access import format_tenant_keys
 
 STARTUP_MARGIN_S = 30.0
 REQUEST_LOG_COLUMNS = ["t", "name", "ms", "ok", "error"]
-
-
-class LoadRunOverran(DrillbookError):
-    """Locust did not finish within its bound and was killed."""
 
 
 PROFILE_SETTINGS = {
@@ -92,7 +89,6 @@ class LoadResult:
 
     out_dir: Path
     exit_code: int | None
-    overran: bool
     wall_s: float
     stats: pd.DataFrame  # per request name, from Locust's JSON
     per_second: pd.DataFrame  # index: second (UTC); requests, failures, p50_ms, p95_ms, p99_ms
@@ -238,7 +234,7 @@ class LoadRun:
     def __init__(self, options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **options.env,
-               "DRILLBOOK_TENANT_KEYS": ",".join(f"{tenant}={key}" for tenant, key in tenant_keys.items()),
+               "DRILLBOOK_TENANT_KEYS": format_tenant_keys(tenant_keys),
                "DRILLBOOK_LOAD_OUT": str(out_dir)}
         self.options, self.out_dir = options, out_dir
         self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S
@@ -298,4 +294,4 @@ def collect(out_dir: Path, exit_code: int | None, wall_s: float) -> LoadResult:
     phases = read_phases(out_dir / "phases.jsonl", run_end)
     receipts = read_receipts(sorted(out_dir.glob("receipts-*.jsonl")))
     files = sorted(p for p in out_dir.iterdir() if p.is_file())
-    return LoadResult(out_dir, exit_code, False, wall_s, stats, per_second, log, phases, receipts, files)
+    return LoadResult(out_dir, exit_code, wall_s, stats, per_second, log, phases, receipts, files)

@@ -115,7 +115,7 @@ def _flush_on_quit(**_: Any) -> None:
     recorder.flush()
 
 
-_tenant_cycle: dict[str, itertools.cycle[str]] = {}
+_tenant_cycle: itertools.cycle[str] | None = None  # users spread over tenants in turn, per process
 
 
 class AgentClientUser(FastHttpUser):
@@ -141,8 +141,10 @@ class AgentClientUser(FastHttpUser):
         pinned = getattr(options, self.tenant_option) if self.tenant_option else ""
         if pinned:
             return pinned, keys[pinned]
-        cycle = _tenant_cycle.setdefault("all", itertools.cycle(sorted(keys)))
-        name = next(cycle)
+        global _tenant_cycle
+        if _tenant_cycle is None:
+            _tenant_cycle = itertools.cycle(sorted(keys))
+        name = next(_tenant_cycle)
         return name, keys[name]
 
     def on_start(self) -> None:

@@ -141,8 +141,11 @@ class Run:
         return result
 
     def save_plot(self, name: str, figure: Any) -> Path:
+        from drillbook.plots import pyplot
+
         path = self.work_dir / "plots" / f"{name}.png"
         figure.savefig(path, dpi=100, bbox_inches="tight")
+        pyplot().close(figure)  # a kernel runs many drills; figures are kept only as files
         return path
 
     def finish(self, reason: str = "") -> RunSummary:

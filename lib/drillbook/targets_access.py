@@ -20,6 +20,11 @@ def parse_tenant_keys(text: str) -> dict[str, str]:
     return {name.strip(): key.strip() for name, key in pairs}
 
 
+def format_tenant_keys(keys: dict[str, str]) -> str:
+    """The `tenant=key,...` form parse_tenant_keys reads (and the locustfiles' --tenant-keys)."""
+    return ",".join(f"{tenant}={key}" for tenant, key in keys.items())
+
+
 def check_reachable(url: str, timeout: float = 3.0) -> None:
     """Raise TargetUnreachable unless something accepts TCP connections at the URL's host and port."""
     parts = urlsplit(url)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -12,13 +12,7 @@ import pytest
 import yaml
 from drillbook.errors import ConfigError
 from drillbook.evidence import verify_path
-from drillbook.gameday import (
-    GameDayLocked,
-    TargetLock,
-    load_plan,
-    plan_path,
-    run_gameday,
-)
+from drillbook.gameday import GameDayLocked, TargetLock, load_plan, plan_path, run_gameday
 from drillbook.sandbox import launcher
 
 pytestmark = pytest.mark.integration
@@ -49,10 +43,11 @@ def test_a_bad_plan_is_refused_before_anything_runs(tmp_path, runbooks, message)
 
 
 def test_a_second_game_day_on_the_same_target_is_refused(tmp_path):
-    with TargetLock(tmp_path, "sandbox"):
+    state = tmp_path / "state"
+    with TargetLock(state.parent, "sandbox"):  # what a running game day holds
         with pytest.raises(GameDayLocked, match="another game day"):
-            with TargetLock(tmp_path, "sandbox"):
-                pass
+            run_gameday(plan_path(None), state, tmp_path / "results")
+    assert not launcher.is_running(state) and not (tmp_path / "results").exists()
 
 
 def test_a_short_game_day_starts_the_sandbox_runs_the_plan_and_stops_it(tmp_path):

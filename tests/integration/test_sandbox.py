@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 
 import httpx
 import pytest
-
 from drillbook.sandbox.chain import verify_chain
 from drillbook.sandbox.client import TenantClient
 from drillbook.sandbox.store import Turn
+
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,7 @@ def test_streamed_turn_sends_tokens_then_the_acknowledgement(sandbox):
                                  headers={"Idempotency-Key": "stream-1"}) as response:
             assert response.status_code == 200
             lines = [line for line in response.iter_lines() if line]
-        events = [httpx.Response(200, content=line).json() for line in lines]
+        events = [json.loads(line) for line in lines]
         tokens = [e["token"] for e in events if "token" in e]
         assert len(tokens) == 16 and "ack" in events[-1]
         assert events[-1]["ack"]["seq"] == 1

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from drillbook.chaos.context import RunContext
+from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
 
-__all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults",
-           "wait_until_ready"]
+__all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
 
 
 def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
@@ -67,26 +66,7 @@ def restore_store(backup: str = "latest", configuration: dict[str, Any] | None =
     return answer
 
 
-def wait_until_ready(service: str, timeout_s: float = 60.0, configuration: dict[str, Any] | None = None) -> bool:
-    """Block until the service has as many ready replicas as it wants (or the timeout passes)."""
-    run = RunContext.of(configuration or {})
-    return _await_ready(run, service, timeout_s)
-
-
 SETTLE_TIMEOUT_S = 60.0
-
-
-def _await(condition: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _await_ready(run: RunContext, service: str, timeout_s: float) -> bool:
-    return _await(lambda: run.target.ready(service) >= run.target.desired(service), timeout_s)
 
 
 def undo(run: RunContext, fault: Fault) -> str:
@@ -95,11 +75,12 @@ def undo(run: RunContext, fault: Fault) -> str:
     if op == "scale":
         service = fault.undo["service"]
         run.target.scale(service, int(fault.undo["replicas"]))
-        settled = _await(lambda: run.target.settled(service), SETTLE_TIMEOUT_S)
+        settled = wait_until(lambda: run.target.settled(service), SETTLE_TIMEOUT_S)
         return f"scaled {service} back to {fault.undo['replicas']}" + ("" if settled else " (NOT settled after 60s)")
     if op == "await_ready":
-        ready = _await_ready(run, fault.undo["service"], 60.0)
-        return f"{fault.undo['service']} {'ready again' if ready else 'NOT ready after 60s'}"
+        service = fault.undo["service"]
+        ready = wait_until(lambda: run.target.ready(service) >= run.target.desired(service), SETTLE_TIMEOUT_S)
+        return f"{service} {'ready again' if ready else 'NOT ready after 60s'}"
     if op == "restore_store":
         if run.target.store_healthy():
             return "store already healthy"
@@ -112,12 +93,18 @@ def undo(run: RunContext, fault: Fault) -> str:
     return f"nothing to undo for {fault.kind}"
 
 
-def undo_faults(configuration: dict[str, Any] | None = None, all_runs: bool = False) -> list[str]:
-    """Rollback: undo every fault this run (or, with all_runs, any run) left open, newest first."""
-    run = RunContext.of(configuration or {})
+def undo_open_faults(run: RunContext, run_id: str | None) -> list[tuple[Fault, str]]:
+    """Undo the faults still open (one run's, or with run_id None every run's), newest first,
+    marking each undone in the ledger; returns each fault with what was done."""
     done = []
-    for fault in run.ledger.open_faults(None if all_runs else run.run_id):
+    for fault in run.ledger.open_faults(run_id):
         how = undo(run, fault)
         run.ledger.resolve(fault, how)
-        done.append(f"{fault.kind}: {how}")
+        done.append((fault, how))
     return done
+
+
+def undo_faults(configuration: dict[str, Any] | None = None) -> list[str]:
+    """Rollback: undo every fault this run left open, newest first."""
+    run = RunContext.of(configuration or {})
+    return [f"{fault.kind}: {how}" for fault, how in undo_open_faults(run, run.run_id)]

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from drillbook.chaos.ledger import FaultLedger
 from drillbook.chaos.targets import ChaosTarget, target_from
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.1) -> bool:
+    """Poll condition until it is truthy (True) or timeout_s passes (False); at least one try."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from drillbook.chaos.context import RunContext
+from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.traffic import drive, first_token_latency, load_window, save_window
 from drillbook.delivery import Receipt, ReferenceVerifier, audit_delivery
 from drillbook.measure import restore_figures
@@ -26,25 +26,13 @@ __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic
 def all_replicas_ready(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
     """True once every replica the service wants is ready (waits up to timeout_s)."""
     run = RunContext.of(configuration or {})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        desired = run.target.desired(service)
-        if desired > 0 and run.target.ready(service) >= desired:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
+    return wait_until(lambda: 0 < run.target.desired(service) <= run.target.ready(service), timeout_s)
 
 
 def service_available(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
     """True once at least one replica of the service is ready (waits up to timeout_s)."""
     run = RunContext.of(configuration or {})
-    deadline = time.monotonic() + timeout_s
-    while run.target.ready(service) < 1:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    return wait_until(lambda: run.target.ready(service) >= 1, timeout_s)
 
 
 def client_traffic(window: str = "fault", sessions: int = 8, duration_s: float = 5.0, tenant: str | None = None,

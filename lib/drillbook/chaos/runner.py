@@ -13,21 +13,19 @@
 from __future__ import annotations
 
 import copy
-import logging
 import json
+import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from drillbook.chaos.actions import undo
+from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
-from drillbook.chaos.ledger import FaultLedger
 from drillbook.chaos.scenarios import SCENARIOS
-from drillbook.chaos.targets import target_from
 from drillbook.config import project_root, validation_line
 from drillbook.errors import ConfigError
 
@@ -86,7 +84,6 @@ class ChaosResult:
     timeline: list[dict[str, Any]]
     measurements: dict[str, Any]
     run_dir: Path
-    fallback_rollbacks: list[str] = field(default_factory=list)
 
 
 def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
@@ -221,9 +218,7 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
                                  event_handlers=[_timeline_handler(timeline)])
     finally:
         # Belt and braces: whatever the journal says, nothing this run injected stays in place.
-        for fault in context.ledger.open_faults(run_id):
-            how = undo(context, fault)
-            context.ledger.resolve(fault, how)
+        for fault, how in undo_open_faults(context, run_id):
             fallback.append(f"{fault.kind}: {how}")
             timeline.append({"t": time.time(), "kind": "fallback_rollback", "fault": fault.kind, "how": how})
     verdict, reasons = verdict_of(journal)
@@ -233,18 +228,13 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     measurements_path = run_dir / "measurements.json"
     measurements = json.loads(measurements_path.read_text()) if measurements_path.exists() else {}
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
-    return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir, fallback)
+    return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir)
 
 
 def rollback_all(target_configuration: dict[str, Any]) -> list[str]:
     """Undo every open fault in the target's ledger (what `drillbook rollback` does); safe to repeat."""
     context = RunContext.of({**target_configuration, "drillbook_run_id": "rollback"})
-    done = []
-    for fault in context.ledger.open_faults():
-        how = undo(context, fault)
-        context.ledger.resolve(fault, how)
-        done.append(f"{fault.kind} ({fault.detail}): {how}")
-    return done
+    return [f"{fault.kind} ({fault.detail}): {how}" for fault, how in undo_open_faults(context, None)]
 
 
 def sandbox_configuration(state_dir: Path) -> dict[str, Any]:
@@ -259,5 +249,5 @@ def kubernetes_configuration(context: str, namespace: str, allowed_contexts: lis
             "drillbook_ledger": str(Path(ledger_dir) / f"faults-{context}.jsonl"), **extra}
 
 
-__all__ = ["ChaosResult", "FaultLedger", "experiment_path", "kubernetes_configuration", "parameters_for", "plan",
-           "rollback_all", "run", "sandbox_configuration", "target_from", "verdict_of"]
+__all__ = ["ChaosResult", "experiment_path", "kubernetes_configuration", "parameters_for", "plan", "rollback_all",
+           "run", "sandbox_configuration", "verdict_of"]

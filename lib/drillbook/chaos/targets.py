@@ -95,10 +95,6 @@ class SandboxTarget:
         with self._control() as control:
             return bool(control.store()["healthy"])
 
-    def backups(self) -> list[dict[str, Any]]:
-        with self._control() as control:
-            return control.backups()
-
     def events(self) -> list[dict[str, Any]]:
         with self._control() as control:
             return control.events()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from drillbook.measure import percentile
+
 MAX_TURNS_PER_SESSION = 10_000
 
 
@@ -42,10 +44,7 @@ class TrafficWindow:
         return self.failed / total if total else math.nan
 
     def percentile_ms(self, quantile: float) -> float:
-        if not self.latencies_ms:
-            return math.nan
-        ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(quantile * len(ordered)) - 1))]
+        return percentile(self.latencies_ms, quantile)
 
     def summary(self) -> dict[str, float | int | str]:
         return {"window": self.name, "tenant": self.tenant, "acknowledged": self.acknowledged, "failed": self.failed,
@@ -74,7 +73,7 @@ def load_window(run_dir: Path, name: str) -> TrafficWindow | None:
 
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
           max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
-          run_dir: Path | None = None, stream_first_token: bool = False) -> TrafficWindow:
+          run_dir: Path | None = None) -> TrafficWindow:
     """Run `sessions` concurrent sessions for at most duration_s and max_turns each."""
     window = TrafficWindow(name, tenant, started=time.time())
     lock = threading.Lock()

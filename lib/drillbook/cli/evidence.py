@@ -12,7 +12,6 @@ from drillbook.cli.app import app, console
 
 keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for evidence manifests.")
 app.add_typer(keys_app, name="keys")
-ResultsOption = typer.Option(None, "--results", help="Results folder [env DRILLBOOK_RESULTS; default ./results].")
 
 
 @keys_app.command("new")

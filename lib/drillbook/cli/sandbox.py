@@ -10,12 +10,7 @@ import typer
 from rich.table import Table
 
 from drillbook.cli.app import StateDirOption, app, console, err_console
-from drillbook.config import (
-    SandboxConfig,
-    build,
-    default_pg_dsn,
-    state_dir,
-)
+from drillbook.config import SandboxConfig, build, default_pg_dsn, state_dir
 from drillbook.errors import DrillbookError
 
 sandbox_app = typer.Typer(no_args_is_help=True, help="The local reference agent platform (127.0.0.1 only).")
@@ -158,8 +153,9 @@ def sandbox_smoke(
     table.add_row("sessions", str(result.sessions))
     table.add_row("turns acknowledged", str(result.acknowledged))
     table.add_row("acknowledged turns read back", str(result.verified))
-    table.add_row("lost / duplicated", f"{result.lost} / {result.duplicated}")
-    table.add_row("broken hash chains", str(result.broken_chains))
+    table.add_row("lost / duplicated", f"{result.delivery.lost} / {result.delivery.duplicated}")
+    table.add_row("out of order / broken hash chains",
+                  f"{result.delivery.out_of_order} / {result.delivery.broken_chains}")
     table.add_row("replicas killed", ", ".join(result.killed) or "none")
     recovery = f"{result.replica_recovery_s:.2f}s" if result.replica_recovery_s is not None else "not measured"
     table.add_row("killed replica ready again after", recovery)

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from drillbook import __version__
 from drillbook.digest import file_sha256 as sha256_file
-from drillbook.errors import DrillbookError, InvalidInput
+from drillbook.errors import BundleExists, EvidenceError
 from drillbook.evidence import signing
 from drillbook.evidence.redact import Redactor
 
@@ -45,14 +45,6 @@ TEXT_SUFFIXES = {".json", ".jsonl", ".csv", ".log", ".txt", ".html", ".ipynb", "
 PACKAGES = ("papermill", "nbclient", "nbconvert", "chaostoolkit", "chaostoolkit-lib", "chaostoolkit-kubernetes",
             "kubernetes", "locust", "pandas", "matplotlib", "pydantic", "aiohttp")
 NAME_PART = re.compile(r"[^A-Za-z0-9.-]+")
-
-
-class EvidenceError(DrillbookError):
-    """A bundle could not be written as evidence must be (exists, overwrite, bad path)."""
-
-
-class BundleExists(InvalidInput):
-    """The bundle folder is already there; evidence is never overwritten."""
 
 
 def utc_stamp(moment: datetime) -> str:

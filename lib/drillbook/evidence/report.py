@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow, list_bundles
 from drillbook.evidence.verify import VerifyReport, verify_path
+from drillbook.plots import pyplot
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ class ControlSection:
     figures: list[FigureCell] = field(default_factory=list)
     chart: str | None = None
     check_share: float | None = None
-    last_run_at: str = ""
 
 
 def _format(value: object, unit: str) -> str:
@@ -79,10 +79,7 @@ def _format(value: object, unit: str) -> str:
 
 def trend_chart(control: Control, runs: list[BundleRow]) -> str | None:
     """A small PNG (base64) of the control's first figure over time, each point coloured by verdict."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure_spec = control.figures[0]
     points = []
@@ -122,7 +119,6 @@ def build_sections(rows: list[BundleRow], failed: set[str]) -> list[ControlSecti
         if runs:
             latest = max(runs, key=lambda r: r.finished_at)
             section.latest = latest
-            section.last_run_at = latest.finished_at
             for spec in control.figures:
                 source = next((r for r in sorted(runs, key=lambda r: r.finished_at, reverse=True)
                                if r.summary and r.summary.metrics.get(spec.metric) is not None), None)

@@ -112,6 +112,8 @@ class AgentService:
         stream = request.query.get("stream") in {"1", "true"}
         key = request.headers.get("Idempotency-Key") or None
         if key is not None and self.store.idempotency:
+            # Checked before the model is called, so a retried turn costs no inference; the append
+            # below checks again inside its transaction for retries that race each other.
             existing = await self._db(self.store.find_turn, session_id, key)
             if existing is not None:
                 return await self._respond(request, ack(existing, True), stream, replay_tokens=existing.output)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -81,17 +80,6 @@ class ControlClient:
 
     def shutdown(self) -> dict[str, Any]:
         return self._call("POST", "/v1/shutdown")
-
-    def wait_ready(self, service: str, replicas: int, timeout: float = 30.0) -> dict[str, Any]:
-        """Block until the service has `replicas` ready replicas (and wants that many)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.status()["services"][service]
-            if info["ready"] == replicas and info["desired"] == replicas:
-                return info
-            if time.monotonic() > deadline:
-                raise SandboxError(f"{service}: {info['ready']} of {replicas} replicas ready after {timeout:.0f}s")
-            time.sleep(0.05)
 
 
 class TenantClient:

@@ -276,9 +276,6 @@ class Gateway:
             return web.json_response({"error": "unauthorised"}, status=401)
         return await self.forward(request, self.tiers[MODEL_TIER], self.internal_headers, upstream_path="/v1/generate")
 
-    async def routes_info(self, request: web.Request) -> web.Response:
-        return web.json_response({name: {"desired": t.desired, "ready": t.endpoints} for name, t in self.tiers.items()})
-
 
 async def create_app(ctx: ServiceContext) -> web.Application:
     gateway = Gateway(ctx)

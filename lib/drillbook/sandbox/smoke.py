@@ -10,26 +10,30 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from drillbook.delivery import DeliveryReport, Receipt, ReferenceVerifier, audit_delivery
 from drillbook.evidence.summary import RunSummary, SloCheck
-from drillbook.sandbox.chain import verify_chain
 from drillbook.sandbox.client import ControlClient, TenantClient
 from drillbook.sandbox.launcher import SandboxHandle
-from drillbook.sandbox.store import Turn
 
 
 @dataclass
 class SmokeResult:
     sessions: int = 0
-    acknowledged: int = 0
-    verified: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    broken_chains: int = 0
+    delivery: DeliveryReport = field(default_factory=lambda: DeliveryReport([]))
     cross_tenant_refused: bool = False
     killed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     replica_recovery_s: float | None = None
     events: list[dict] = field(default_factory=list)
+
+    @property
+    def acknowledged(self) -> int:
+        return self.delivery.acknowledged
+
+    @property
+    def verified(self) -> int:
+        """Acknowledged turns found again at their seq with their hash."""
+        return self.delivery.acknowledged - self.delivery.lost
 
     @property
     def passed(self) -> bool:
@@ -41,12 +45,13 @@ def run_smoke(handle: SandboxHandle, sessions: int = 4, turns: int = 5,
     result = SmokeResult()
     tenants = list(handle.tenant_keys.items())
     clients = {tenant: TenantClient(handle.gateway_url, key) for tenant, key in tenants}
-    receipts: dict[str, tuple[str, dict[int, str]]] = {}
+    owners: dict[str, str] = {}
+    receipts: list[Receipt] = []
     try:
         for index in range(sessions):
             tenant = tenants[index % len(tenants)][0]
-            receipts[clients[tenant].create_session()] = (tenant, {})
-        result.sessions = len(receipts)
+            owners[clients[tenant].create_session()] = tenant
+        result.sessions = len(owners)
         progress(f"{result.sessions} sessions opened across {len(tenants)} tenants")
         with handle.control() as control:
             for turn_index in range(turns):
@@ -54,34 +59,25 @@ def run_smoke(handle: SandboxHandle, sessions: int = 4, turns: int = 5,
                     killed = control.kill("agent", count=1, signal="SIGKILL")["killed"]
                     result.killed.extend(killed)
                     progress(f"killed {', '.join(killed)} with SIGKILL mid-session")
-                for session_id, (tenant, acks) in receipts.items():
+                for session_id, tenant in owners.items():
                     try:
                         ack = clients[tenant].turn(session_id, f"turn {turn_index} of {session_id}")
                     except Exception as error:  # noqa: BLE001 - counted, reported, and fails the smoke
                         result.errors.append(str(error))
                         continue
-                    acks[ack["seq"]] = ack["hash"]
-                    result.acknowledged += 1
+                    receipts.append(Receipt(session_id, tenant, ack["seq"], ack["hash"], ack["idempotency_key"],
+                                            acked_at=time.time()))
             result.replica_recovery_s = replica_recovery(control, result.killed)
             result.events = control.events()
-        progress(f"{result.acknowledged} turns acknowledged; reading every session back")
-        for session_id, (tenant, acks) in receipts.items():
-            stored = [Turn(**t) for t in clients[tenant].read_session(session_id)["turns"]]
-            by_seq: dict[int, list[Turn]] = {}
-            for turn in stored:
-                by_seq.setdefault(turn.seq, []).append(turn)
-            keys = [t.idempotency_key for t in stored]
-            result.duplicated += len(keys) - len(set(keys))
-            for seq, digest in acks.items():
-                if any(t.hash == digest for t in by_seq.get(seq, [])):
-                    result.verified += 1
-                else:
-                    result.lost += 1
-            if not verify_chain(session_id, stored).ok:
-                result.broken_chains += 1
+        progress(f"{len(receipts)} turns acknowledged; reading every session back")
+        verifier = ReferenceVerifier(handle.gateway_url, handle.tenant_keys)
+        try:
+            result.delivery = audit_delivery(receipts, verifier)
+        finally:
+            verifier.close()
         if len(tenants) > 1:
             other_tenant = tenants[1][0]
-            foreign_session = next(s for s, (t, _) in receipts.items() if t != other_tenant)
+            foreign_session = next(s for s, t in owners.items() if t != other_tenant)
             response = clients[other_tenant].request("GET", f"/v1/sessions/{foreign_session}")
             result.cross_tenant_refused = response.status_code == 404
         else:
@@ -113,14 +109,17 @@ RECOVERY_SLO_S = 10.0
 
 def smoke_summary(result: SmokeResult) -> RunSummary:
     """The smoke as a judged run of the HA control: delivery, chains, isolation and replica recovery."""
-    metrics = {"sessions": result.sessions, "acknowledged_turns": result.acknowledged,
-               "lost_turns": result.lost, "duplicated_turns": result.duplicated,
-               "broken_chains": result.broken_chains, "client_errors": len(result.errors),
-               "recovery_time_s": result.replica_recovery_s, "cross_tenant_refused": result.cross_tenant_refused}
+    delivery = result.delivery
+    metrics = {"sessions": result.sessions, "acknowledged_turns": delivery.acknowledged,
+               "lost_turns": delivery.lost, "duplicated_turns": delivery.duplicated,
+               "out_of_order_sessions": delivery.out_of_order, "broken_chains": delivery.broken_chains,
+               "client_errors": len(result.errors), "recovery_time_s": result.replica_recovery_s,
+               "cross_tenant_refused": result.cross_tenant_refused}
     checks = [
-        SloCheck(name="acknowledged turns lost", comparison="<=", threshold=0, value=result.lost),
-        SloCheck(name="acknowledged turns duplicated", comparison="<=", threshold=0, value=result.duplicated),
-        SloCheck(name="broken hash chains", comparison="<=", threshold=0, value=result.broken_chains),
+        SloCheck(name="acknowledged turns lost", comparison="<=", threshold=0, value=delivery.lost),
+        SloCheck(name="acknowledged turns duplicated", comparison="<=", threshold=0, value=delivery.duplicated),
+        SloCheck(name="sessions out of order", comparison="<=", threshold=0, value=delivery.out_of_order),
+        SloCheck(name="broken hash chains", comparison="<=", threshold=0, value=delivery.broken_chains),
         SloCheck(name="client errors", comparison="<=", threshold=0, value=len(result.errors)),
         SloCheck(name="cross-tenant read refused", comparison="==", threshold=1, value=int(result.cross_tenant_refused)),
         SloCheck(name="killed replica ready again", comparison="<=", threshold=RECOVERY_SLO_S,

@@ -37,7 +37,6 @@ from drillbook.sandbox.store import BackupInfo, StateStore
 
 log = logging.getLogger("drillbook.supervisor")
 
-SERVICES = ("model", "agent", "gateway", "aggressor")
 STOP_GRACE_S = 5.0
 PORT_ANNOUNCE_TIMEOUT_S = 30.0
 STABLE_RUN_S = 10.0  # a replica that ran this long resets its restart back-off
