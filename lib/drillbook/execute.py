@@ -16,11 +16,15 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from drillbook.config import project_root, results_dir, signing_key
 from drillbook.config import state_dir as default_state_dir
 from drillbook.errors import ConfigError
+from drillbook.profile import load_profile
+
+if TYPE_CHECKING:
+    from drillbook.profile import LoadedProfile
 
 INJECTED = ("target", "drillbook_work_dir", "drillbook_state_dir")
 HERMETIC_DIRS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR")
@@ -34,12 +38,17 @@ def runbook_path(name: str) -> Path:
         path = project_root() / folder / f"{name}.ipynb"
         if path.is_file():
             return path
-    raise ConfigError(f"unknown runbook {name!r}; known: {', '.join(available_runbooks())}")
+    raise ConfigError(f"unknown runbook {name!r}; known: {', '.join(available_runbooks(oncall=True))}")
 
 
-def available_runbooks() -> list[str]:
-    folder = project_root() / "runbooks"
-    return sorted(p.stem for p in folder.glob("*.ipynb")) if folder.is_dir() else []
+def available_runbooks(oncall: bool = False) -> list[str]:
+    """The drills in runbooks/ (and, with oncall, the on-call runbooks in runbooks/oncall/)."""
+    folders = ["runbooks", "runbooks/oncall"] if oncall else ["runbooks"]
+    names = []
+    for name in folders:
+        folder = project_root() / name
+        names += [p.stem for p in folder.glob("*.ipynb")] if folder.is_dir() else []
+    return sorted(names)
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,14 @@ def _kind(value: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(type(value), type(value).__name__)
 
 
-def validate_parameters(path: Path, overrides: dict[str, str]) -> dict[str, Any]:
-    """Defaults with overrides applied, each converted to its default's type; bad input is a ConfigError."""
+def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedProfile | None" = None) -> dict[str, Any]:
+    """Defaults (the notebook's, then the target profile's SLOs for this runbook) with overrides
+    applied, each converted to its default's type; bad input is a ConfigError."""
     declared = notebook_parameters(path)
     values = {name: parameter.default for name, parameter in declared.items() if name not in INJECTED}
+    if profile is not None:
+        for name, value in profile.spec.slos.get(path.stem, {}).items():
+            values[name] = float(value) if isinstance(values.get(name), float) else value
     for name, text in overrides.items():
         if name not in values:
             raise ConfigError(f"unknown parameter {name!r} for {path.stem}; known: {', '.join(values)}")
@@ -133,26 +146,29 @@ def render_html(notebook_path: Path) -> str:
 def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None = None,
             results: Path | None = None, sandbox_state: Path | None = None,
             execution_timeout: int = 1800) -> ExecutedRun:
-    """Run one runbook with Papermill and seal everything it produced as one evidence bundle."""
+    """Run one runbook with Papermill and seal everything it produced as one evidence bundle.
+
+    target: a profile name from targets/ or a path to a profile.
+    """
     import papermill
 
     from drillbook.chaos import rollback_all
-    from drillbook.chaos.runner import sandbox_configuration
+    from drillbook.chaos.runner import target_configuration
     from drillbook.evidence import BundleWriter, RunSummary
-    from drillbook.sandbox import launcher
+    from drillbook.targets import open_target
 
     path = runbook_path(name)
-    parameters = validate_parameters(path, overrides or {})
-    if target != "sandbox":
-        raise ConfigError(f"unknown target {target!r}: runbooks run on the sandbox in this version")
-    state = sandbox_state or default_state_dir()
-    handle = launcher.require(state)
-    secrets = [*handle.tenant_keys.values(), handle.runtime.control_token, handle.runtime.internal_token]
+    profile = load_profile(target)
+    parameters = validate_parameters(path, overrides or {}, profile)
+    state = profile.state_dir(sandbox_state) if profile.kind == "sandbox" else default_state_dir(sandbox_state)
+    workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
+    secrets = workload.secrets()
+    target_argument = str(profile.path) if profile.path.is_file() else profile.name
     with tempfile.TemporaryDirectory(prefix=f"drillbook-run-{path.stem}-") as scratch:
         work = Path(scratch) / "work"
         work.mkdir()
         executed = Path(scratch) / "runbook.ipynb"
-        with BundleWriter(results_dir(results), path.stem, target, parameters, secrets=secrets,
+        with BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=secrets,
                           signing_key=signing_key(), project_root=project_root()) as bundle:
             error: str | None = None
             with hermetic(Path(scratch) / "home"):
@@ -160,14 +176,16 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
                     papermill.execute_notebook(
                         str(path), str(executed), kernel_name="python3", progress_bar=False, cwd=str(work),
                         execution_timeout=execution_timeout, log_output=False,
-                        parameters={**parameters, "target": target, "drillbook_work_dir": str(work),
+                        parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
                                     "drillbook_state_dir": str(state)})
                 except papermill.PapermillExecutionError as failure:
                     error = f"cell {failure.cell_index + 1} failed: {failure.ename}: {failure.evalue}"
                 finally:
-                    undone = rollback_all(sandbox_configuration(state))  # nothing stays injected
+                    undone = rollback_all(target_configuration(profile, state))  # nothing stays injected
                     if undone:
                         bundle.event("fallback_rollback", undone=undone)
+            if profile.path.is_file():
+                bundle.copy_file(profile.path, "target-profile.yaml")  # names key variables, never keys
             if executed.exists():
                 bundle.copy_file(executed, "runbook.ipynb")
                 bundle.write_text("runbook.html", render_html(executed))

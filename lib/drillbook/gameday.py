@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 
 from drillbook.config import StrictModel, project_root, results_dir, signing_key, validation_line
 from drillbook.errors import ConfigError, GameDayLocked
+from drillbook.profile import load_profile
 
 
 class PlannedRun(StrictModel):
@@ -54,12 +55,14 @@ def load_plan(path: Path) -> GameDayPlan:
         raise ConfigError(f"{path.name}: {validation_line(error)}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path.name} is not valid YAML: {error}") from None
-    if plan.target != "sandbox":
-        raise ConfigError(f"{path.name}: target {plan.target!r}: game days run on the sandbox in this version")
+    try:
+        profile = load_profile(plan.target)
+    except ConfigError as error:
+        raise ConfigError(f"{path.name}: target: {error}") from None
     for index, planned in enumerate(plan.runbooks, start=1):
         try:
             validate_parameters(runbook_path(planned.runbook),
-                                {k: str(v) for k, v in planned.parameters.items()})
+                                {k: str(v) for k, v in planned.parameters.items()}, profile)
         except ConfigError as error:
             raise ConfigError(f"{path.name}: runbook {index} ({planned.runbook}): {error}") from None
     return plan
@@ -106,11 +109,14 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
     from drillbook.sandbox import launcher
 
     plan = load_plan(plan_file)
+    profile = load_profile(plan.target)
+    if profile.kind == "sandbox":
+        sandbox_state = profile.state_dir(sandbox_state)
     runs: list[tuple[str, str, Path]] = []
-    with TargetLock(sandbox_state.parent, plan.target):
-        handle = launcher.find(sandbox_state)
-        started_here = handle is None
-        if handle is None:
+    with TargetLock(sandbox_state.parent, profile.name):
+        handle = launcher.find(sandbox_state) if profile.kind == "sandbox" else None
+        started_here = profile.kind == "sandbox" and handle is None
+        if started_here:
             handle = launcher.start(SandboxConfig(), sandbox_state)
         try:
             for index, planned in enumerate(plan.runbooks, start=1):
@@ -129,7 +135,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
         summary = RunSummary.judge(f"gameday-{plan.name}", "gameday",
                                    {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs]},
                                    checks)
-        with BundleWriter(results_dir(results), f"gameday-{plan.name}", plan.target, plan.model_dump(),
+        with BundleWriter(results_dir(results), f"gameday-{plan.name}", profile.name, plan.model_dump(),
                           signing_key=signing_key(), project_root=project_root()) as bundle:
             bundle.write_json("summary.json", summary.to_json())
     return GameDayResult(plan, runs, bundle.path)

@@ -26,7 +26,7 @@ import pandas as pd
 from drillbook.config import LoadOptions, project_root
 from drillbook.delivery import Receipt, read_receipts
 from drillbook.errors import ConfigError, LoadRunOverran
-from drillbook.targets_access import format_tenant_keys
+from drillbook.profile import AgentApi, format_tenant_keys
 
 STARTUP_MARGIN_S = 30.0
 REQUEST_LOG_COLUMNS = ["t", "name", "ms", "ok", "error"]
@@ -66,6 +66,11 @@ def profile_env(settings: dict[str, str], run_time_s: float) -> dict[str, str]:
     for name in PHASE_SETTINGS:
         env.setdefault(PROFILE_SETTINGS[name], f"{run_time_s / 3:g}")
     return env
+
+
+def api_env(api: AgentApi) -> dict[str, str]:
+    """Environment that tells the drillbook locustfiles how to speak the workload's agent API."""
+    return {"DRILLBOOK_AGENT_API": api.model_dump_json()}
 
 
 def histogram_percentile(histogram: dict[str, int] | dict[int, int], quantile: float) -> float:

@@ -25,7 +25,7 @@ import gevent
 from locust import FastHttpUser, events
 from locust.env import Environment
 
-from drillbook.targets_access import parse_tenant_keys
+from drillbook.profile import AgentApi, parse_tenant_keys
 
 TURN_RETRIES = 5
 RETRYABLE_STATUS = {0, 429, 502, 503, 504}
@@ -36,6 +36,8 @@ def _options(parser: Any) -> None:
     group = parser  # locust's own parser: only it knows is_secret
     group.add_argument("--tenant-keys", env_var="DRILLBOOK_TENANT_KEYS", default="", is_secret=True,
                        help="tenant=key pairs, comma separated")
+    group.add_argument("--agent-api", env_var="DRILLBOOK_AGENT_API", default="",
+                       help="the target profile's agent API as JSON (paths, auth header, fields)")
     group.add_argument("--drillbook-out", env_var="DRILLBOOK_LOAD_OUT", default="",
                        help="folder for receipts, request log and phases")
     group.add_argument("--think-time", env_var="DRILLBOOK_THINK_TIME", type=float, default=0.5,
@@ -123,12 +125,12 @@ class AgentClientUser(FastHttpUser):
     and a receipt for every acknowledged ``{seq, hash}``.
 
     Subclasses set ``tenant_option`` to pin a tenant (by option name), or leave it None to
-    spread users over every tenant in ``--tenant-keys``.
+    spread users over every tenant in ``--tenant-keys``. Paths, auth header and fields come
+    from the target profile's agent API (``--agent-api``; the reference platform's by default).
     """
 
     abstract = True
     tenant_option: str | None = None
-    sessions_path = "/v1/sessions"
 
     tenant: str
     session_id: str | None = None
@@ -148,15 +150,17 @@ class AgentClientUser(FastHttpUser):
         return name, keys[name]
 
     def on_start(self) -> None:
+        options = self.environment.parsed_options
+        self.api = AgentApi.model_validate_json(options.agent_api) if options.agent_api else AgentApi()
         self.tenant, key = self._pick_tenant()
-        self.auth = {"Authorization": f"Bearer {key}"}
+        self.auth = self.api.auth(key)
         self.session_id = None
         self.turn_index = 0
         for attempt in range(TURN_RETRIES):
-            with self.client.post(self.sessions_path, headers=self.auth, name="open session",
+            with self.client.post(self.api.open_session, headers=self.auth, name="open session",
                                   catch_response=True) as response:
-                if response.status_code == 201:
-                    self.session_id = response.json()["session_id"]
+                if response.status_code in (200, 201):
+                    self.session_id = str(response.json()[self.api.session_id_field])
                     return
                 response.failure(f"open session: HTTP {response.status_code}")
             gevent.sleep(min(2.0, 0.1 * 2 ** attempt))
@@ -169,18 +173,16 @@ class AgentClientUser(FastHttpUser):
                 return
         self.turn_index += 1
         key = uuid.uuid4().hex
-        body: dict[str, Any] = {"input": f"turn {self.turn_index} of {self.session_id}"}
-        if max_tokens:
-            body["max_tokens"] = max_tokens
-        path = f"{self.sessions_path}/{self.session_id}/turns"
+        body = self.api.turn_body(f"turn {self.turn_index} of {self.session_id}", max_tokens)
+        path = self.api.turn_path(self.session_id)
         for attempt in range(1, TURN_RETRIES + 1):
-            with self.client.post(path, json=body, headers={**self.auth, "Idempotency-Key": key}, name=name,
-                                  catch_response=True) as response:
-                if response.status_code == 200:
+            with self.client.post(path, json=body, headers={**self.auth, self.api.idempotency_header: key},
+                                  name=name, catch_response=True) as response:
+                if response.status_code in (200, 201):
                     ack = response.json()
-                    recorder.receipt({"session_id": self.session_id, "tenant": self.tenant, "seq": ack["seq"],
-                                      "hash": ack["hash"], "idempotency_key": key, "attempts": attempt,
-                                      "acked_at": time.time()})
+                    recorder.receipt({"session_id": self.session_id, "tenant": self.tenant,
+                                      "seq": ack[self.api.ack_seq_field], "hash": ack[self.api.ack_digest_field],
+                                      "idempotency_key": key, "attempts": attempt, "acked_at": time.time()})
                     return
                 response.failure(f"HTTP {response.status_code}")
                 if response.status_code not in RETRYABLE_STATUS:

@@ -12,11 +12,14 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drillbook.config import state_dir as default_state_dir
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
+
+if TYPE_CHECKING:
+    from drillbook.profile import LoadedProfile
+    from drillbook.targets import Target
 
 RECORD_MIME = "application/vnd.drillbook.record+json"
 
@@ -32,9 +35,11 @@ def _display(kind: str, payload: dict[str, Any], text: str) -> None:
 class Run:
     """One execution of a runbook against a target."""
 
-    def __init__(self, runbook: str, control: str, target: str, parameters: dict[str, Any], work_dir: Path,
-                 state_dir: Path) -> None:
-        self.runbook, self.control, self.target = runbook, control, target
+    def __init__(self, runbook: str, control: str, profile: "LoadedProfile", parameters: dict[str, Any],
+                 work_dir: Path, state_dir: Path) -> None:
+        self.runbook, self.control = runbook, control
+        self.profile = profile
+        self.target = profile.name
         self.parameters = parameters
         self.work_dir = work_dir
         self.state_dir = state_dir
@@ -42,41 +47,60 @@ class Run:
         self.checks: list[SloCheck] = []
         self.timeline: list[dict[str, Any]] = []
         self.chaos_runs = 0
+        self._workload: Target | None = None
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
-        self.event("run_started", runbook=runbook, target=target)
+        self.event("run_started", runbook=runbook, target=self.target, kind=profile.kind)
 
     @classmethod
     def begin(cls, runbook: str, control: str, target: str = "sandbox", parameters: dict[str, Any] | None = None,
               work_dir: str = "", state_dir: str = "") -> "Run":
-        from drillbook.errors import ConfigError
+        """target: a profile name from targets/ or a path to a profile."""
+        from drillbook.profile import load_profile
 
-        if target != "sandbox":
-            raise ConfigError(f"target {target!r}: runbooks run on the sandbox in this version")
+        profile = load_profile(target)
         work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"drillbook-{runbook}-"))
-        return cls(runbook, control, target, dict(parameters or {}), work,
-                   Path(state_dir) if state_dir else default_state_dir())
+        return cls(runbook, control, profile, dict(parameters or {}), work,
+                   Path(state_dir) if state_dir else profile.state_dir())
 
     # -- target ------------------------------------------------------------------------------
-    def target_configuration(self) -> dict[str, Any]:
-        from drillbook.chaos.runner import sandbox_configuration
+    def workload(self) -> Target:
+        """Where this run acts, as the profile describes it."""
+        if self._workload is None:
+            from drillbook.targets import target_for
 
-        return sandbox_configuration(self.state_dir)
+            self._workload = target_for(self.profile, self.state_dir)
+        return self._workload
+
+    def target_configuration(self) -> dict[str, Any]:
+        from drillbook.chaos.runner import target_configuration
+
+        return target_configuration(self.profile, self.state_dir)
 
     def gateway(self) -> tuple[str, dict[str, str]]:
-        from drillbook.chaos.targets import SandboxTarget
+        return self.workload().gateway()
 
-        return SandboxTarget(self.state_dir).gateway()
+    def audit_delivery(self, receipts: list[Any]) -> Any:
+        """The delivery audit with the profile's verifier (not verifiable when it names none)."""
+        from drillbook.delivery import audit_delivery, close_verifier, verifier_for
+
+        gateway, keys = self.gateway()
+        verifier = verifier_for(self.profile, gateway, keys)
+        try:
+            report = audit_delivery(receipts, verifier)
+        finally:
+            close_verifier(verifier)
+        if not report.verifiable:
+            self.record("delivery_verifiable", False)
+        return report
 
     def model_metrics(self) -> dict[str, dict[str, float]]:
-        """Per tenant, summed over model replicas: GPU-seconds and queue-wait sum and count."""
+        """Per tenant, summed over inference replicas: GPU-seconds and queue-wait sum and count
+        (the sandbox's model server metrics; empty on other targets)."""
         import httpx
         from prometheus_client.parser import text_string_to_metric_families
 
-        from drillbook.chaos.targets import SandboxTarget
-
-        target = SandboxTarget(self.state_dir)
-        with target.handle.control() as control:
-            urls = [r["url"] for r in control.status()["services"]["model"]["replicas"] if r["url"]]
+        workload = self.workload()
+        urls = workload.replica_urls("inference") if hasattr(workload, "replica_urls") else []
         totals: dict[str, dict[str, float]] = {}
         names = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
                  "drillbook_model_queue_wait_seconds_sum": "queue_wait_sum",
@@ -94,20 +118,24 @@ class Run:
         return totals
 
     def start_load(self, profile: str, users: int, duration_s: float, settings: dict[str, str] | None = None) -> Any:
-        """Start Locust (a subprocess, never imported here); its files go under load/."""
+        """Start Locust (a subprocess, never imported here); its files go under load/.
+
+        The target profile's own locustfile, when it names one, replaces the load profile.
+        """
         from drillbook.config import LoadOptions
-        from drillbook.load import locustfile_for, profile_env, start_load
+        from drillbook.load import api_env, locustfile_for, profile_env, start_load
 
         gateway, keys = self.gateway()
+        locustfile = self.profile.locustfile() or locustfile_for(profile)
         options = LoadOptions(host=gateway, users=users, spawn_rate=max(users, 1) * 5, run_time_s=duration_s,
-                              stop_timeout_s=5, env=profile_env(settings or {}, duration_s))
-        self.event("load_started", profile=profile, users=users, duration_s=duration_s)
-        return start_load(options, locustfile_for(profile), keys, self.work_dir / "load")
+                              stop_timeout_s=5, env={**profile_env(settings or {}, duration_s),
+                                                     **api_env(self.profile.spec.api)})
+        self.event("load_started", profile=locustfile.stem, users=users, duration_s=duration_s)
+        return start_load(options, locustfile, keys, self.work_dir / "load")
 
-    def sandbox_events(self, since: float = 0.0) -> list[dict[str, Any]]:
-        from drillbook.chaos.targets import SandboxTarget
-
-        return [e for e in SandboxTarget(self.state_dir).events() if e["t"] >= since]
+    def target_events(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """The workload's replica lifecycle events since a moment (empty where it keeps none)."""
+        return [e for e in self.workload().events() if e["t"] >= since]
 
     # -- recording ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:

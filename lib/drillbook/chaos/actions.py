@@ -24,18 +24,26 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
     fault = run.ledger.record(run.run_id, run.target.name, "kill", {"op": "await_ready", "service": service},
                               service=service, count=count, signal=signal)
     killed = run.target.kill(service, count, signal)
-    run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "service": service, "replicas": killed})
+    run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "done_at": time.time(),
+                                              "service": service, "replicas": killed})
     return killed
 
 
-def scale_service(service: str, replicas: int, configuration: dict[str, Any] | None = None) -> dict[str, int]:
-    """Scale a service (to zero too); the ledger remembers the previous count for the rollback."""
+def scale_service(service: str, replicas: int, if_present: bool = False,
+                  configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Scale a service (to zero too); the ledger remembers the previous count for the rollback.
+
+    if_present: a workload without this tier (no separate inference tier, say) is left alone,
+    and the answer says so.
+    """
     run = RunContext.of(configuration or {})
+    if if_present and not run.target.has(service):
+        return {"service": service, "absent": True}
     previous = run.target.desired(service)
     run.ledger.record(run.run_id, run.target.name, "scale", {"op": "scale", "service": service, "replicas": previous},
                       service=service, to=replicas)
     run.target.scale(service, replicas)
-    return {"service": service, "from": previous, "to": replicas}  # type: ignore[dict-item]
+    return {"service": service, "from": previous, "to": replicas}
 
 
 def backup_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]:

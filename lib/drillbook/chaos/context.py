@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from drillbook.chaos.ledger import FaultLedger
-from drillbook.chaos.targets import ChaosTarget, target_from
+from drillbook.targets import Target
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.1) -> bool:
@@ -24,18 +24,29 @@ def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: fl
         time.sleep(interval_s)
 
 
+def target_of(configuration: dict[str, Any]) -> Target:
+    """The target named by the configuration drillbook's runner injected (the sandbox by default)."""
+    from drillbook.profile import builtin_sandbox, load_profile
+    from drillbook.targets import target_for
+
+    path = configuration.get("drillbook_profile")
+    profile = load_profile(str(path)) if path else builtin_sandbox()
+    state = configuration.get("drillbook_state_dir")
+    return target_for(profile, Path(state) if state else None)
+
+
 @dataclass
 class RunContext:
     run_id: str
     run_dir: Path
     ledger: FaultLedger
-    target: ChaosTarget
+    target: Target
 
     @classmethod
     def of(cls, configuration: dict[str, Any]) -> "RunContext":
         return cls(str(configuration.get("drillbook_run_id", "manual")),
                    Path(configuration.get("drillbook_run_dir", ".")),
-                   FaultLedger(Path(configuration["drillbook_ledger"])), target_from(configuration))
+                   FaultLedger(Path(configuration["drillbook_ledger"])), target_of(configuration))
 
     def record_measurement(self, name: str, value: Any) -> None:
         path = self.run_dir / "measurements.json"
@@ -49,6 +60,13 @@ class RunContext:
     def measurement(self, name: str) -> Any:
         path = self.run_dir / "measurements.json"
         return json.loads(path.read_text()).get(name) if path.exists() else None
+
+    def verifier(self) -> Any:
+        """The delivery verifier for this target, or None when its sessions cannot be read back."""
+        from drillbook.delivery import verifier_for
+
+        gateway, keys = self.target.gateway()
+        return verifier_for(self.target.profile, gateway, keys)
 
     def tenant_key(self, tenant: str | None) -> tuple[str, str, str]:
         gateway, keys = self.target.gateway()

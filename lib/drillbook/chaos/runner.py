@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -28,6 +28,9 @@ from drillbook.chaos.context import RunContext
 from drillbook.chaos.scenarios import SCENARIOS
 from drillbook.config import project_root, validation_line
 from drillbook.errors import ConfigError
+
+if TYPE_CHECKING:
+    from drillbook.profile import LoadedProfile
 
 ROLLBACKS_ALWAYS = {"runtime": {"rollbacks": {"strategy": "always"}}}
 # chaoslib narrates every step at INFO and WARNING; drillbook keeps its own timeline instead.
@@ -164,10 +167,7 @@ def plan(name_or_path: str, variables: dict[str, Any], target_configuration: dic
     path = experiment_path(name_or_path)
     experiment = load(path)
     parameters = parameters_for(experiment, path.stem, variables)
-    if target_configuration.get("drillbook_target") == "kubernetes":
-        from drillbook.chaos.targets import KubernetesTarget
-
-        KubernetesTarget(target_configuration)  # the allow-list, before anything else
+    RunContext.of(target_configuration)  # resolves the target: the allow-list refuses here
     lines = [f"experiment {path.stem} on {target_configuration.get('drillbook_target')}: {experiment['title']}"]
     for section in ("method", "rollbacks"):
         for activity in experiment.get(section, []):
@@ -237,17 +237,26 @@ def rollback_all(target_configuration: dict[str, Any]) -> list[str]:
     return [f"{fault.kind} ({fault.detail}): {how}" for fault, how in undo_open_faults(context, None)]
 
 
+def target_configuration(profile: "LoadedProfile", state_dir: Path | None = None) -> dict[str, Any]:
+    """What the runner injects into an experiment so that providers find the target and its ledger."""
+    from drillbook.config import state_dir as default_state_dir
+
+    if profile.kind == "sandbox":
+        state = profile.state_dir(state_dir)
+        ledger = state / "faults.jsonl"
+    else:
+        state = default_state_dir(state_dir)
+        ledger = state.parent / "ledgers" / f"{profile.name}.jsonl"
+    return {"drillbook_target": profile.kind, "drillbook_profile": str(profile.path) if profile.path.is_file() else "",
+            "drillbook_state_dir": str(state), "drillbook_ledger": str(ledger)}
+
+
 def sandbox_configuration(state_dir: Path) -> dict[str, Any]:
-    return {"drillbook_target": "sandbox", "drillbook_state_dir": str(state_dir),
-            "drillbook_ledger": str(Path(state_dir) / "faults.jsonl")}
+    """The configuration for the sandbox profile on the sandbox in state_dir."""
+    from drillbook.profile import builtin_sandbox
+
+    return target_configuration(builtin_sandbox(), state_dir)
 
 
-def kubernetes_configuration(context: str, namespace: str, allowed_contexts: list[str], allowed_namespaces: list[str],
-                             ledger_dir: Path, **extra: Any) -> dict[str, Any]:
-    return {"drillbook_target": "kubernetes", "kube_context": context, "kube_namespace": namespace,
-            "allowed_contexts": allowed_contexts, "allowed_namespaces": allowed_namespaces,
-            "drillbook_ledger": str(Path(ledger_dir) / f"faults-{context}.jsonl"), **extra}
-
-
-__all__ = ["ChaosResult", "experiment_path", "kubernetes_configuration", "parameters_for", "plan", "rollback_all",
+__all__ = ["ChaosResult", "experiment_path", "target_configuration", "parameters_for", "plan", "rollback_all",
            "run", "sandbox_configuration", "verdict_of"]

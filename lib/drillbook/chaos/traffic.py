@@ -20,6 +20,9 @@ from pathlib import Path
 import httpx
 
 from drillbook.measure import percentile
+from drillbook.profile import AgentApi
+
+REFERENCE_API = AgentApi()
 
 MAX_TURNS_PER_SESSION = 10_000
 
@@ -71,9 +74,20 @@ def load_window(run_dir: Path, name: str) -> TrafficWindow | None:
     return TrafficWindow(**json.loads(path.read_text()))
 
 
+def open_session(http: httpx.Client, api: AgentApi) -> httpx.Response:
+    return http.post(api.open_session)
+
+
+def session_id_of(response: httpx.Response, api: AgentApi) -> str | None:
+    """The new session's id from an open-session answer, or None when it was refused."""
+    if response.status_code not in (200, 201):
+        return None
+    return str(response.json()[api.session_id_field])
+
+
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
           max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
-          run_dir: Path | None = None) -> TrafficWindow:
+          run_dir: Path | None = None, api: AgentApi = REFERENCE_API) -> TrafficWindow:
     """Run `sessions` concurrent sessions for at most duration_s and max_turns each."""
     window = TrafficWindow(name, tenant, started=time.time())
     lock = threading.Lock()
@@ -91,11 +105,11 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
                 save_window(run_dir, window)
 
     def one_session() -> None:
-        with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {key}"}, timeout=30.0) as http:
+        with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=30.0) as http:
             try:
-                response = http.post("/v1/sessions")
-                session_id = response.json()["session_id"] if response.status_code == 201 else None
-            except httpx.HTTPError as error:
+                response = open_session(http, api)
+                session_id = session_id_of(response, api)
+            except (httpx.HTTPError, ValueError, KeyError) as error:
                 record(False, 0.0, type(error).__name__)
                 return
             if session_id is None:
@@ -104,14 +118,12 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
             for turn in range(max_turns):
                 if time.monotonic() >= stop_at:
                     return
-                body: dict[str, object] = {"input": f"turn {turn}"}
-                if max_tokens:
-                    body["max_tokens"] = max_tokens
+                body = api.turn_body(f"turn {turn}", max_tokens)
                 started = time.perf_counter()
                 try:
-                    response = http.post(f"/v1/sessions/{session_id}/turns", json=body,
-                                         headers={"Idempotency-Key": uuid.uuid4().hex})
-                    ok, error = response.status_code == 200, f"HTTP {response.status_code}"
+                    response = http.post(api.turn_path(session_id), json=body,
+                                         headers={api.idempotency_header: uuid.uuid4().hex})
+                    ok, error = response.status_code in (200, 201), f"HTTP {response.status_code}"
                 except httpx.HTTPError as exc:
                     ok, error = False, type(exc).__name__
                 record(ok, (time.perf_counter() - started) * 1000, "" if ok else error)
@@ -129,20 +141,27 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
     return window
 
 
-def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0) -> dict[str, float]:
-    """One streamed turn on a new session: seconds to the first token and to the acknowledgement."""
-    with httpx.Client(base_url=gateway, headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s) as http:
+def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0,
+                        api: AgentApi = REFERENCE_API) -> dict[str, float]:
+    """One turn on a new session: seconds to the first token and to the acknowledgement.
+
+    Streamed where the API streams (the first line carrying a token); otherwise the first token
+    is the whole answer.
+    """
+    with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=timeout_s) as http:
         sent = time.time()
-        response = http.post("/v1/sessions")
-        response.raise_for_status()
-        session_id = response.json()["session_id"]
+        response = open_session(http, api)
+        session_id = session_id_of(response, api)
+        if session_id is None:
+            raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
         first_token = None
-        with http.stream("POST", f"/v1/sessions/{session_id}/turns?stream=true", json={"input": "wake up"},
-                         headers={"Idempotency-Key": uuid.uuid4().hex}) as streamed:
-            if streamed.status_code != 200:
+        path = api.turn_path(session_id) + (f"?{api.stream_query}" if api.stream_query else "")
+        with http.stream("POST", path, json=api.turn_body("wake up"),
+                         headers={api.idempotency_header: uuid.uuid4().hex}) as streamed:
+            if streamed.status_code not in (200, 201):
                 raise httpx.HTTPStatusError(f"HTTP {streamed.status_code}", request=streamed.request, response=streamed)
             for line in streamed.iter_lines():
-                if line and first_token is None and '"token"' in line:
+                if line and first_token is None and (not api.stream_query or '"token"' in line):
                     first_token = time.time()
         done = time.time()
     return {"sent": sent, "first_token": first_token or done, "acknowledged": done,

@@ -22,23 +22,16 @@ chaos_app = typer.Typer(no_args_is_help=True, help="Chaos Toolkit experiments, r
 app.add_typer(chaos_app, name="chaos")
 
 
-def _target_configuration(target: str, state: Optional[Path], context: Optional[str], namespace: str,
-                          allow_context: list[str], allow_namespace: list[str]) -> dict:
-    from drillbook.chaos.runner import kubernetes_configuration, sandbox_configuration
-    from drillbook.errors import ConfigError
+def _target_configuration(target: str, state: Optional[Path]) -> dict:
+    """The profile's target, checked (allow-list, running sandbox, tenant keys) before anything runs."""
+    from drillbook.chaos.runner import target_configuration
+    from drillbook.profile import load_profile
+    from drillbook.targets import target_for
 
-    if target == "sandbox":
-        from drillbook.sandbox import launcher
-
-        directory = state_dir(state)
-        launcher.require(directory)
-        return sandbox_configuration(directory)
-    if target == "kubernetes":
-        if not context:
-            raise ConfigError("--target kubernetes needs --context")
-        return kubernetes_configuration(context, namespace, allow_context, allow_namespace,
-                                        state_dir(state).parent / "kubernetes")
-    raise ConfigError(f"unknown target {target!r}; use sandbox or kubernetes")
+    profile = load_profile(target)
+    directory = state_dir(state) if state is not None or profile.kind != "sandbox" else profile.state_dir()
+    target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
+    return target_configuration(profile, directory)
 
 
 def _variables(items: list[str]) -> dict:
@@ -52,11 +45,7 @@ def _variables(items: list[str]) -> dict:
     return variables
 
 
-TargetOption = typer.Option("sandbox", help="sandbox or kubernetes.")
-ContextOption = typer.Option(None, "--context", help="kubeconfig context (kubernetes).")
-NamespaceOption = typer.Option("default", "--namespace", help="Namespace to act in (kubernetes).")
-AllowContextOption = typer.Option([], "--allow-context", help="Context allowed to be acted on (repeat).")
-AllowNamespaceOption = typer.Option([], "--allow-namespace", help="Namespace allowed to be acted on (repeat).")
+TargetOption = typer.Option("sandbox", help="Target profile: a name from targets/ or a YAML file.")
 
 
 @chaos_app.command("run")
@@ -67,10 +56,6 @@ def chaos_run(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for journal.json and measurements."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be done; touch nothing."),
     state: Optional[Path] = StateDirOption,
-    context: Optional[str] = ContextOption,
-    namespace: str = NamespaceOption,
-    allow_context: list[str] = AllowContextOption,
-    allow_namespace: list[str] = AllowNamespaceOption,
 ) -> None:
     """Run one experiment; rollbacks always run, also on Ctrl-C and SIGTERM. Exit 0 only on PASS."""
     import tempfile
@@ -81,7 +66,7 @@ def chaos_run(
     variables = _variables(var)
     path = experiment_path(experiment)
     parameters_for(load(path), path.stem, variables)  # bad input stops here, before anything runs
-    configuration = _target_configuration(target, state, context, namespace, allow_context, allow_namespace)
+    configuration = _target_configuration(target, state)
     if dry_run:
         for line in plan(experiment, variables, configuration):
             console.print(line, soft_wrap=True, markup=False)
@@ -108,15 +93,11 @@ def chaos_run(
 def rollback_command(
     target: str = TargetOption,
     state: Optional[Path] = StateDirOption,
-    context: Optional[str] = ContextOption,
-    namespace: str = NamespaceOption,
-    allow_context: list[str] = AllowContextOption,
-    allow_namespace: list[str] = AllowNamespaceOption,
 ) -> None:
     """Undo every fault a crashed or killed run left in place (from the fault ledger); safe to repeat."""
     from drillbook.chaos import rollback_all
 
-    done = rollback_all(_target_configuration(target, state, context, namespace, allow_context, allow_namespace))
+    done = rollback_all(_target_configuration(target, state))
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
     console.print(f"{len(done)} faults undone" if done else "nothing to roll back")

@@ -30,8 +30,7 @@ from drillbook.config import build, parse_duration, state_dir
 def load_command(
     profile: str = typer.Argument(..., help="Load profile from loadtests/ (agent-sessions, noisy-tenant) or a locustfile path."),
     out: Path = typer.Option(..., "--out", help="Folder for Locust's raw files, receipts and the summary."),
-    target: str = typer.Option("sandbox", help="Where the workload runs: sandbox (the running one) or url."),
-    host: Optional[str] = typer.Option(None, help="Gateway URL when --target url; keys from DRILLBOOK_TENANT_KEYS."),
+    target: str = typer.Option("sandbox", help="Target profile: a name from targets/ or a YAML file."),
     users: int = typer.Option(10, help="Concurrent users (agent sessions)."),
     spawn_rate: float = typer.Option(10.0, help="Users started per second."),
     duration: str = typer.Option("30s", help="How long the load runs (30s, 2m, ...)."),
@@ -41,32 +40,32 @@ def load_command(
     state: Optional[Path] = StateDirOption,
 ) -> None:
     """Run a bounded Locust load against a target, then audit delivery of every acknowledged turn."""
-    import os
-
     from drillbook.config import LoadOptions
-    from drillbook.delivery import ReferenceVerifier, audit_delivery
+    from drillbook.delivery import audit_delivery, close_verifier, verifier_for
     from drillbook.errors import DeliveryError
-    from drillbook.load import locustfile_for, profile_env, run_load
-    from drillbook.targets_access import gateway_and_keys
+    from drillbook.load import api_env, locustfile_for, profile_env, run_load
+    from drillbook.targets import open_target
 
-    locustfile = locustfile_for(profile)
     settings = name_value_pairs(setting, "--set")
     run_time = parse_duration(duration, "--duration")
-    options = build(LoadOptions, host=host or "http://127.0.0.1", users=users, spawn_rate=spawn_rate,
+    options = build(LoadOptions, host="http://127.0.0.1", users=users, spawn_rate=spawn_rate,
                     run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
                     processes=processes, env=profile_env(settings, run_time))
-    gateway, keys = gateway_and_keys(target, host, state_dir(state), os.environ.get("DRILLBOOK_TENANT_KEYS", ""))
-    options = options.model_copy(update={"host": gateway})
+    locustfile = locustfile_for(profile)
+    workload = open_target(target, state_dir(state))
+    locustfile = workload.profile.locustfile() or locustfile
+    gateway, keys = workload.gateway()
+    options = options.model_copy(update={"host": gateway, "env": {**options.env, **api_env(workload.api)}})
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task(f"{locustfile.stem}: {users} users against {gateway}", total=run_time)
         result = run_load(options, locustfile, keys, out,
                           progress=lambda elapsed, total: bar.update(task, completed=min(elapsed, total)))
-    verifier = ReferenceVerifier(gateway, keys)
+    verifier = verifier_for(workload.profile, gateway, keys)
     try:
         delivery = audit_delivery(result.receipts, verifier)
     finally:
-        verifier.close()
+        close_verifier(verifier)
     table = Table(title=f"load {locustfile.stem}: {result.total_requests} requests, "
                         f"{result.total_failures} failed, {result.wall_s:.1f}s")
     for column in ("request", "requests", "failures", "p50 ms", "p95 ms", "p99 ms"):
@@ -89,6 +88,8 @@ def load_command(
     (out / "load-summary.json").write_text(json.dumps({
         "profile": locustfile.stem, "requests": result.total_requests, "failures": result.total_failures,
         "wall_s": result.wall_s, "exit_code": result.exit_code, "delivery": summary}, indent=2))
+    if not delivery.verifiable:
+        raise DeliveryError(f"delivery not verifiable: target {workload.name} names no delivery verifier")
     if not delivery.ok:
         raise DeliveryError(f"delivery failed: {summary['lost']} lost, {summary['duplicated']} duplicated, "
                             f"{summary['out_of_order']} out of order, {summary['broken_chains']} broken chains")

@@ -21,7 +21,7 @@ from drillbook.config import state_dir
 @app.command("run")
 def run_command(
     runbook: Optional[str] = typer.Argument(None, help="Runbook name from runbooks/ (omit to list them)."),
-    target: str = typer.Option("sandbox", help="Where the workload runs."),
+    target: str = typer.Option("sandbox", help="Target profile: a name from targets/ or a YAML file."),
     parameter: list[str] = typer.Option([], "-p", "--parameter", help="name=value (repeat)."),
     results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundle."),
     state: Optional[Path] = StateDirOption,
@@ -36,17 +36,25 @@ def run_command(
     )
 
     if runbook is None:
-        table = Table(title="drills (runbooks/)")
-        table.add_column("runbook")
-        table.add_column("parameters")
-        for name in available_runbooks():
-            params = notebook_parameters(runbook_path(name))
-            table.add_row(name, ", ".join(f"{p.name}={p.default!r}" for p in params.values()
-                                          if not p.name.startswith("drillbook_") and p.name != "target"))
-        console.print(table)
+        drills = available_runbooks()
+        oncall = [name for name in available_runbooks(oncall=True) if name not in drills]
+        for title, names in (("drills (runbooks/)", drills), ("on-call runbooks (runbooks/oncall/)", oncall)):
+            if not names:
+                continue
+            table = Table(title=title)
+            table.add_column("runbook")
+            table.add_column("parameters")
+            for name in names:
+                params = notebook_parameters(runbook_path(name))
+                table.add_row(name, ", ".join(f"{p.name}={p.default!r}" for p in params.values()
+                                              if not p.name.startswith("drillbook_") and p.name != "target"))
+            console.print(table)
         return
+    from drillbook.profile import load_profile
+
     overrides = name_value_pairs(parameter, "-p")
-    validate_parameters(runbook_path(runbook), overrides)  # bad input stops here, before a kernel starts
+    # bad input stops here, before a kernel starts: the runbook, its parameters, the profile
+    validate_parameters(runbook_path(runbook), overrides, load_profile(target))
     err_console.print(f"[dim]…[/] running {runbook} on {target}")
     executed = execute(runbook, target, overrides, results, state_dir(state))
     colour = "green" if executed.verdict == "PASS" else "red"

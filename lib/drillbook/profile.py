@@ -1,0 +1,343 @@
+"""Target profiles: how drillbook finds and drives one agent workload, read from YAML.
+
+A profile (``targets/<name>.yaml``) says where the workload runs (kind ``sandbox``,
+``kubernetes`` or ``commands``), how to reach its gateway and speak its agent API, which
+tenants exist (by the NAME of the environment variable holding each key, never a key), how to
+reach its agent, inference and state-store tiers, how to back up and restore its store, how to
+read its sessions back for the delivery audit, and the SLO thresholds each runbook judges by.
+Nothing of the reference platform is assumed: its defaults live in ``targets/sandbox.yaml``.
+
+Kinds:
+- ``sandbox``: the local reference platform, driven through its supervisor.
+- ``kubernetes``: Deployments and pod selectors in allow-listed contexts and namespaces.
+- ``commands``: a workload operated through the user's own commands (compose, systemd, a VM
+  script): one command per operation, contract in docs/commands-target.md.
+
+Every problem is one ConfigError line naming the field, raised before anything is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from drillbook.config import StrictModel, project_root, validation_line
+from drillbook.errors import ConfigError
+
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+ROLES = ("agent", "inference", "state_store")
+PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+def parse_tenant_keys(text: str) -> dict[str, str]:
+    """Tenant keys in the `tenant=key,...` form handed to Locust (a secret environment variable)."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 or not pair[0].strip() or not pair[1].strip() for pair in pairs):
+        raise ConfigError("invalid tenant keys: use tenant=key pairs separated by commas")
+    return {name.strip(): key.strip() for name, key in pairs}
+
+
+def format_tenant_keys(keys: dict[str, str]) -> str:
+    """The `tenant=key,...` form parse_tenant_keys reads."""
+    return ",".join(f"{tenant}={key}" for tenant, key in keys.items())
+
+
+class TenantRef(StrictModel):
+    """A tenant, by the environment variable that holds its API key."""
+
+    key_env: str = Field(description="name of the environment variable holding this tenant's key")
+
+    @field_validator("key_env")
+    @classmethod
+    def _env_name(cls, name: str) -> str:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name (upper case, digits, '_')")
+        return name
+
+
+class RoleCommands(StrictModel):
+    """How a `commands` target operates one tier. {count}, {signal} and {replicas} are filled in."""
+
+    status: str = Field(description='prints JSON {"desired": n, "ready": n, "replicas": n}')
+    kill: str | None = Field(None, description="kills {count} replicas with {signal}; prints their names")
+    scale: str | None = Field(None, description="sets the desired replica count to {replicas}")
+
+
+class Role(StrictModel):
+    """One tier of the workload: a Deployment and pod selector (kubernetes) or commands."""
+
+    deployment: str | None = None
+    selector: str | None = None
+    commands: RoleCommands | None = None
+    service: str | None = Field(None, description="the sandbox service name (sandbox kind only)")
+
+
+class StoreCommands(StrictModel):
+    """The restore drill's procedure on a store drillbook does not know (pg_dump, velero, a script).
+
+    Commands run without a shell, in the profile's folder, with {backup} filled in for restore.
+    backup prints the backup's name (last line); healthy exits 0 when the store serves.
+    """
+
+    backup: str
+    restore: str
+    destroy: str | None = Field(None, description="the drill's disaster; without it the drill cannot run")
+    healthy: str | None = None
+    recreate: str | None = Field(None, description="an empty, working store when no backup can be restored")
+    timeout_s: PositiveSeconds = 600.0
+
+
+class Workload(StrictModel):
+    gateway_url: str | None = Field(None, description="base URL clients use (not for the sandbox kind)")
+    agent: Role | None = None
+    inference: Role | None = None
+    state_store: Role | None = None
+    store: StoreCommands | None = None
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"must be an http(s) URL, got {url!r}")
+        return url.rstrip("/") if url else url
+
+
+class AgentApi(StrictModel):
+    """How clients speak to the agent API. The defaults are the reference platform's.
+
+    Paths may hold {session}; the turn body is {input_field: text}. An acknowledgement carries
+    the turn's position and digest (ack_seq_field, ack_digest_field), which become receipts.
+    """
+
+    auth_header: str = "Authorization"
+    auth_scheme: str = Field("Bearer", description="prefix before the key; empty sends the key alone")
+    open_session: str = "/v1/sessions"
+    session_id_field: str = "session_id"
+    turn: str = "/v1/sessions/{session}/turns"
+    input_field: str = "input"
+    max_tokens_field: str | None = "max_tokens"
+    idempotency_header: str = "Idempotency-Key"
+    ack_seq_field: str = "seq"
+    ack_digest_field: str = "hash"
+    stream_query: str | None = Field("stream=true", description="query that streams tokens; none: not streamed")
+
+    @field_validator("turn")
+    @classmethod
+    def _has_session(cls, path: str) -> str:
+        if "{session}" not in path:
+            raise ValueError("the turn path must contain {session}")
+        return path
+
+    def auth(self, key: str) -> dict[str, str]:
+        return {self.auth_header: f"{self.auth_scheme} {key}" if self.auth_scheme else key}
+
+    def turn_path(self, session_id: str) -> str:
+        return self.turn.replace("{session}", session_id)
+
+    def turn_body(self, text: str, max_tokens: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {self.input_field: text}
+        if max_tokens and self.max_tokens_field:
+            body[self.max_tokens_field] = max_tokens
+        return body
+
+
+class Delivery(StrictModel):
+    """How the delivery audit reads sessions back.
+
+    verifier: the name of an entry point in the ``drillbook.verifiers`` group (drillbook ships
+    ``reference`` and ``readback``), or ``none`` when the workload offers no read-back: the
+    delivery checks are then reported not verifiable, and the verdict cannot be PASS.
+    """
+
+    verifier: str = "readback"
+    readback_path: str = Field("/v1/sessions/{session}", description="GET: the session's acknowledged turns")
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the verifier")
+
+
+class Load(StrictModel):
+    locustfile: str | None = Field(None, description="your own locustfile (relative to the profile) for every load run")
+
+
+class KubernetesSpec(StrictModel):
+    context: str
+    namespace: str
+    allowed_contexts: list[str] = Field(min_length=1)
+    allowed_namespaces: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _allowed(self) -> "KubernetesSpec":
+        if self.context not in self.allowed_contexts:
+            raise ValueError(f"context {self.context!r} is not in allowed_contexts")
+        if self.namespace not in self.allowed_namespaces:
+            raise ValueError(f"namespace {self.namespace!r} is not in allowed_namespaces")
+        return self
+
+
+class SandboxSpec(StrictModel):
+    state_dir: str | None = Field(None, description="the sandbox's state folder (default: DRILLBOOK_STATE_DIR)")
+
+
+class TargetProfile(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    kind: Literal["sandbox", "kubernetes", "commands"]
+    description: str = ""
+    sandbox: SandboxSpec | None = None
+    kubernetes: KubernetesSpec | None = None
+    workload: Workload = Field(default_factory=Workload)
+    tenants: dict[str, TenantRef] = Field(default_factory=dict)
+    api: AgentApi = Field(default_factory=AgentApi)
+    delivery: Delivery = Field(default_factory=Delivery)
+    load: Load = Field(default_factory=Load)
+    slos: dict[str, dict[str, float | int | bool | str]] = Field(
+        default_factory=dict, description="per runbook: parameter = threshold, over the notebook's defaults")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "TargetProfile":
+        if self.kind == "kubernetes" and self.kubernetes is None:
+            raise ValueError("kind kubernetes needs a kubernetes section (context, namespace, allow-lists)")
+        if self.kind != "kubernetes" and self.kubernetes is not None:
+            raise ValueError(f"a kubernetes section is only used with kind kubernetes, not {self.kind}")
+        if self.kind != "sandbox":
+            if self.sandbox is not None:
+                raise ValueError(f"a sandbox section is only used with kind sandbox, not {self.kind}")
+            if not self.workload.gateway_url:
+                raise ValueError(f"kind {self.kind} needs workload.gateway_url")
+            if not self.tenants:
+                raise ValueError(f"kind {self.kind} needs at least one tenant")
+        elif self.tenants or self.workload.gateway_url:
+            raise ValueError("the sandbox kind takes its gateway and tenants from the running sandbox")
+        if self.kind == "commands":
+            for role in ROLES:
+                spec = getattr(self.workload, role)
+                if spec is not None and spec.commands is None and role != "state_store":
+                    raise ValueError(f"kind commands needs workload.{role}.commands")
+        return self
+
+    def role(self, role: str) -> Role | None:
+        if role not in ROLES:
+            raise ConfigError(f"unknown workload role {role!r}; known: {', '.join(ROLES)}")
+        return getattr(self.workload, role)
+
+
+class LoadedProfile:
+    """A validated profile with where it came from and its tenant keys read from the environment."""
+
+    def __init__(self, spec: TargetProfile, path: Path) -> None:
+        self.spec = spec
+        self.path = path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def tenant_keys(self) -> dict[str, str]:
+        """Every tenant's key from its environment variable; a missing one is a ConfigError."""
+        keys = {}
+        for tenant, ref in self.spec.tenants.items():
+            value = os.environ.get(ref.key_env, "")
+            if not value:
+                raise ConfigError(f"{self.path.name}: invalid tenants.{tenant}.key_env: environment variable "
+                                  f"{ref.key_env} is not set")
+            keys[tenant] = value
+        return keys
+
+    def locustfile(self) -> Path | None:
+        if not self.spec.load.locustfile:
+            return None
+        return (self.folder / self.spec.load.locustfile).resolve()
+
+    def state_dir(self, explicit: Path | None = None) -> Path:
+        from drillbook.config import state_dir
+
+        if explicit is None and self.spec.sandbox and self.spec.sandbox.state_dir:
+            explicit = (self.folder / self.spec.sandbox.state_dir)
+        return state_dir(explicit)
+
+
+def profile_path(name_or_path: str) -> Path:
+    """A profile name from targets/ or a path to a YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"}:
+        if candidate.is_file():
+            return candidate.resolve()
+        raise ConfigError(f"target profile {name_or_path} does not exist")
+    named = project_root() / "targets" / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named
+    raise ConfigError(f"unknown target {name_or_path!r}; known: {', '.join(available_profiles()) or 'none'} "
+                      "(or a path to a profile YAML)")
+
+
+def available_profiles() -> list[str]:
+    folder = project_root() / "targets"
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def parse_profile(text: str, path: Path) -> LoadedProfile:
+    """Validate a profile's YAML; the SLO sections are checked against the runbooks' parameters."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path.name} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path.name}: a profile is a mapping of fields")
+    try:
+        spec = TargetProfile.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"{path.name}: {validation_line(error)}") from None
+    _check_slos(spec, path)
+    return LoadedProfile(spec, path)
+
+
+def _check_slos(spec: TargetProfile, path: Path) -> None:
+    from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path
+
+    known = available_runbooks(oncall=True)
+    for runbook, thresholds in spec.slos.items():
+        if runbook not in known:
+            raise ConfigError(f"{path.name}: invalid slos.{runbook}: unknown runbook; known: {', '.join(known)}")
+        declared = notebook_parameters(runbook_path(runbook))
+        for name, value in thresholds.items():
+            if name not in declared or name in INJECTED:
+                raise ConfigError(f"{path.name}: invalid slos.{runbook}.{name}: not a parameter of {runbook}")
+            default = declared[name].default
+            if isinstance(default, bool) != isinstance(value, bool) or \
+                    (isinstance(default, (int, float)) and not isinstance(value, (int, float))) or \
+                    (isinstance(default, str) and not isinstance(value, str)):
+                raise ConfigError(f"{path.name}: invalid slos.{runbook}.{name}: {value!r} is not the type of "
+                                  f"its default {default!r}")
+
+
+@lru_cache(maxsize=32)
+def _cached(path: str, mtime_ns: int) -> LoadedProfile:
+    resolved = Path(path)
+    return parse_profile(resolved.read_text(), resolved)
+
+
+def load_profile(name_or_path: str) -> LoadedProfile:
+    """Find, read and validate a profile (cached per file version: providers call this per step)."""
+    path = profile_path(name_or_path)
+    return _cached(str(path), path.stat().st_mtime_ns)
+
+
+def builtin_sandbox() -> LoadedProfile:
+    """The sandbox profile: targets/sandbox.yaml where the project has one, else its defaults."""
+    path = project_root() / "targets" / "sandbox.yaml"
+    if path.is_file():
+        return load_profile(str(path))
+    return LoadedProfile(TargetProfile(name="sandbox", kind="sandbox", delivery=Delivery(verifier="reference")),
+                         path)

@@ -1,0 +1,106 @@
+"""Where the workload runs, as one interface the chaos providers and drills call.
+
+A target is built from a target profile (drillbook.profile) and acts on the workload's roles:
+``agent``, ``inference`` and ``state_store`` (the sandbox also knows its own service names,
+such as ``aggressor``).
+
+- `sandbox`: the local reference platform, through its supervisor's control API
+- `kubernetes`: Deployments and pods in allow-listed contexts and namespaces, through
+  chaostoolkit-kubernetes and the kubernetes client
+- `commands`: a workload operated through the user's own commands
+- `store`: the restore procedure from a profile's backup and restore commands (any kind)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from drillbook.profile import AgentApi, LoadedProfile
+
+
+class Target(Protocol):
+    name: str
+    kind: str
+    api: AgentApi
+    profile: LoadedProfile
+
+    def has(self, role: str) -> bool: ...
+
+    def kill(self, role: str, count: int, signal: str) -> list[str]: ...
+
+    def desired(self, role: str) -> int: ...
+
+    def ready(self, role: str) -> int: ...
+
+    def scale(self, role: str, replicas: int) -> None: ...
+
+    def settled(self, role: str) -> bool:
+        """True when the role runs exactly the replicas it wants, all ready, none stopping."""
+
+    def backup_store(self) -> dict[str, Any]: ...
+
+    def restore_store(self, backup: str = "latest") -> dict[str, Any]: ...
+
+    def destroy_store(self) -> None: ...
+
+    def recreate_store(self) -> None: ...
+
+    def store_healthy(self) -> bool: ...
+
+    def gateway(self) -> tuple[str, dict[str, str]]: ...
+
+    def events(self) -> list[dict[str, Any]]:
+        """The workload's own replica lifecycle events (scheduled, started, ready), where it has them."""
+
+    def secrets(self) -> list[str]:
+        """Values that must never appear in evidence (tenant keys, tokens)."""
+
+
+def target_for(profile: LoadedProfile, state_dir: Path | None = None) -> Target:
+    """The target a profile describes (a sandbox target needs the sandbox to be running)."""
+    if profile.kind == "sandbox":
+        from drillbook.targets.sandbox import SandboxTarget
+
+        return SandboxTarget(profile.state_dir(state_dir), profile)
+    if profile.kind == "kubernetes":
+        from drillbook.targets.kubernetes import KubernetesTarget
+
+        return KubernetesTarget(profile)
+    from drillbook.targets.commands import CommandsTarget
+
+    return CommandsTarget(profile)
+
+
+def check_reachable(url: str, timeout: float = 3.0) -> None:
+    """Raise TargetUnreachable unless something accepts TCP connections at the URL's host and port."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from drillbook.errors import TargetUnreachable
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise TargetUnreachable(f"cannot reach {url}: {error.strerror or error}") from None
+
+
+def open_target(name_or_path: str, state_dir: Path | None = None) -> Target:
+    """Load the profile, build its target and check that its gateway answers; refuses with one line."""
+    from drillbook.errors import TargetUnreachable
+    from drillbook.profile import load_profile
+
+    profile = load_profile(name_or_path)
+    if profile.kind == "sandbox":
+        from drillbook.sandbox import launcher
+
+        state = profile.state_dir(state_dir)
+        if launcher.find(state) is None:
+            raise TargetUnreachable(f"no sandbox is running on {state}; start one with `drillbook sandbox up`")
+    target = target_for(profile, state_dir)
+    gateway, _ = target.gateway()  # a missing tenant key variable is refused here
+    check_reachable(gateway)
+    return target

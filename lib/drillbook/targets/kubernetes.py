@@ -1,0 +1,126 @@
+"""A namespace of a Kubernetes cluster as a target, through chaostoolkit-kubernetes and the
+kubernetes client. The context and namespace are checked against the profile's allow-list
+before a single call; the restore drill runs the profile's store commands.
+
+Roles map to Deployments (``workload.<role>.deployment``, default the role name with '_' as
+'-') and pod label selectors (``workload.<role>.selector``, default ``app=<deployment>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drillbook.errors import ConfigError
+from drillbook.profile import LoadedProfile
+from drillbook.targets.store import CommandStore
+
+
+def check_allowed(context: str, namespace: str, allowed_contexts: list[str], allowed_namespaces: list[str]) -> None:
+    """Refuse, before any call, a context or namespace that is not on the allow-list."""
+    if not allowed_contexts:
+        raise ConfigError("the kubernetes target needs an allow-list of contexts (allowed_contexts)")
+    if context not in allowed_contexts:
+        raise ConfigError(f"kubernetes context {context!r} is not on the allow-list ({', '.join(allowed_contexts)}); "
+                          "refusing to act")
+    if namespace not in allowed_namespaces:
+        raise ConfigError(f"namespace {namespace!r} is not on the allow-list "
+                          f"({', '.join(allowed_namespaces) or 'empty'}); refusing to act")
+
+
+class KubernetesTarget:
+    kind = "kubernetes"
+
+    def __init__(self, profile: LoadedProfile) -> None:
+        spec = profile.spec.kubernetes
+        if spec is None:
+            raise ConfigError(f"target profile {profile.name} has no kubernetes section")
+        check_allowed(spec.context, spec.namespace, spec.allowed_contexts, spec.allowed_namespaces)
+        self.profile = profile
+        self.name = profile.name
+        self.api = profile.spec.api
+        self.context, self.namespace = spec.context, spec.namespace
+        self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
+        self.store = CommandStore(profile)
+
+    def has(self, role: str) -> bool:
+        return self.profile.role(role) is not None
+
+    def deployment(self, role: str) -> str:
+        spec = self.profile.role(role)
+        return (spec.deployment if spec and spec.deployment else None) or role.replace("_", "-")
+
+    def selector(self, role: str) -> str:
+        spec = self.profile.role(role)
+        return (spec.selector if spec and spec.selector else None) or f"app={self.deployment(role)}"
+
+    def _client(self) -> Any:
+        from chaosk8s import create_k8s_api_client
+
+        return create_k8s_api_client(self.chaos_secrets)
+
+    def _apps(self) -> Any:
+        from kubernetes import client
+
+        return client.AppsV1Api(self._client())
+
+    def kill(self, role: str, count: int, signal: str) -> list[str]:
+        from chaosk8s.pod.actions import terminate_pods
+
+        grace = 0 if signal == "SIGKILL" else -1
+        before = self._pod_names(role)
+        terminate_pods(label_selector=self.selector(role), qty=count, ns=self.namespace, grace_period=grace,
+                       secrets=self.chaos_secrets)
+        return sorted(before - self._pod_names(role)) or sorted(before)[:count]
+
+    def _pod_names(self, role: str) -> set[str]:
+        from kubernetes import client
+
+        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace, label_selector=self.selector(role))
+        return {pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None}
+
+    def _deployment(self, role: str) -> Any:
+        return self._apps().read_namespaced_deployment(self.deployment(role), self.namespace)
+
+    def desired(self, role: str) -> int:
+        return int(self._deployment(role).spec.replicas or 0)
+
+    def ready(self, role: str) -> int:
+        return int(self._deployment(role).status.ready_replicas or 0)
+
+    def settled(self, role: str) -> bool:
+        deployment = self._deployment(role)
+        wanted = int(deployment.spec.replicas or 0)
+        status = deployment.status
+        return int(status.replicas or 0) == wanted and int(status.ready_replicas or 0) == wanted
+
+    def scale(self, role: str, replicas: int) -> None:
+        from chaosk8s.deployment.actions import scale_deployment
+
+        scale_deployment(self.deployment(role), replicas, ns=self.namespace, secrets=self.chaos_secrets)
+
+    def backup_store(self) -> dict[str, Any]:
+        return self.store.backup()
+
+    def restore_store(self, backup: str = "latest") -> dict[str, Any]:
+        return self.store.restore(backup)
+
+    def destroy_store(self) -> None:
+        self.store.destroy()
+
+    def recreate_store(self) -> None:
+        self.store.recreate()
+
+    def store_healthy(self) -> bool:
+        healthy = self.store.healthy()
+        if healthy is not None:
+            return healthy
+        return self.has("state_store") and self.ready("state_store") > 0
+
+    def events(self) -> list[dict[str, Any]]:
+        return []
+
+    def gateway(self) -> tuple[str, dict[str, str]]:
+        return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
+
+    def secrets(self) -> list[str]:
+        return list(self.profile.tenant_keys().values())

@@ -1,0 +1,95 @@
+"""The local reference platform as a target, driven through its supervisor's control API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from drillbook.profile import LoadedProfile, builtin_sandbox
+
+SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
+
+
+class SandboxTarget:
+    """The sandbox's services by role (agent, inference) or by their own names (aggressor)."""
+
+    name = "sandbox"
+    kind = "sandbox"
+
+    def __init__(self, state_dir: Path, profile: LoadedProfile | None = None) -> None:
+        from drillbook.sandbox import launcher
+
+        self.profile = profile or builtin_sandbox()
+        self.api = self.profile.spec.api
+        self.handle = launcher.require(Path(state_dir))
+
+    def service(self, role: str) -> str:
+        spec = self.profile.spec.workload.agent if role == "agent" else \
+            self.profile.spec.workload.inference if role == "inference" else None
+        return (spec.service if spec and spec.service else None) or SANDBOX_SERVICES.get(role, role)
+
+    def _control(self):  # noqa: ANN202 - a ControlClient context manager
+        return self.handle.control()
+
+    def _status(self, role: str) -> dict[str, Any]:
+        with self._control() as control:
+            return control.status()["services"][self.service(role)]
+
+    def has(self, role: str) -> bool:
+        with self._control() as control:
+            return self.service(role) in control.status()["services"]
+
+    def kill(self, role: str, count: int, signal: str) -> list[str]:
+        with self._control() as control:
+            return list(control.kill(self.service(role), count=count, signal=signal)["killed"])
+
+    def desired(self, role: str) -> int:
+        return int(self._status(role)["desired"])
+
+    def ready(self, role: str) -> int:
+        return int(self._status(role)["ready"])
+
+    def scale(self, role: str, replicas: int) -> None:
+        with self._control() as control:
+            control.scale(self.service(role), replicas, reason="chaos")
+
+    def settled(self, role: str) -> bool:
+        info = self._status(role)
+        return info["ready"] == info["desired"] == len(info["replicas"])
+
+    def replica_urls(self, role: str) -> list[str]:
+        return [r["url"] for r in self._status(role)["replicas"] if r["url"]]
+
+    def backup_store(self) -> dict[str, Any]:
+        with self._control() as control:
+            return control.backup()
+
+    def restore_store(self, backup: str = "latest") -> dict[str, Any]:
+        with self._control() as control:
+            return control.restore(backup)
+
+    def destroy_store(self) -> None:
+        with self._control() as control:
+            control.destroy_store()
+
+    def recreate_store(self) -> None:
+        with self._control() as control:
+            control.recreate_store()
+
+    def store_healthy(self) -> bool:
+        with self._control() as control:
+            return bool(control.store()["healthy"])
+
+    def events(self) -> list[dict[str, Any]]:
+        """Supervisor events, with `service` also given as its role (model -> inference)."""
+        roles = {service: role for role, service in SANDBOX_SERVICES.items()}
+        with self._control() as control:
+            return [{**e, "role": roles.get(e.get("service", ""), e.get("service"))} for e in control.events()]
+
+    def gateway(self) -> tuple[str, dict[str, str]]:
+        return self.handle.gateway_url, self.handle.tenant_keys
+
+    def secrets(self) -> list[str]:
+        """Values that must never appear in evidence."""
+        return [*self.handle.tenant_keys.values(), self.handle.runtime.control_token,
+                self.handle.runtime.internal_token]
