@@ -66,22 +66,33 @@ class ReadinessWatch:
 
 def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[str, float]:
     """N trials of scale-to-zero, idle, first request; P50/P95/P99 of time to first token, by phase."""
+    from drillbook.delivery import Receipt
+
     measured: list[ColdStartTrial] = []
+    receipts: list[Receipt] = []
     for index in range(trials):
         # The experiment only has to work; the runbook judges P95 over all trials.
         result = run.chaos("cold-start", idle_s=idle_s, max_cold_start_s=3600.0)
         if result.verdict not in ("PASS", "FAIL"):
             run.record(f"trial_{index + 1}_error", "; ".join(result.reasons) or result.verdict)
             continue
-        measured.append(cold_start_trial(run, result.measurements["cold_start"][0]))
+        first = result.measurements["cold_start"][0]
+        measured.append(cold_start_trial(run, first))
+        if first.get("receipt"):
+            receipts.append(Receipt(**first["receipt"]))
     summary = cold_start_summary(measured)
     run.record("trials_completed", len(measured))
+    # Completion is not delivery: the first turn after scale-from-zero must be stored too.
+    delivery = run.audit_delivery(receipts)
+    run.record("first_turns_acknowledged", len(receipts))
+    run.record("first_turns_lost", delivery.lost)
+    run.check("first turns from zero lost", delivery.lost if len(receipts) == len(measured) else None, "<=", 0)
     for name in ("p50_s", "p95_s", "p99_s", "max_s"):
         run.record(f"cold_start_{name}", summary[name], "s")
     run.check("cold-start P95 time to first token", summary["p95_s"], "<=", slo_p95_s, "s")
     run.check("trials completed", len(measured), ">=", trials)
+    plt = pyplot()
     if measured:
-        plt = pyplot()
         phases = cold_start_phases(measured)
         figure, axis = plt.subplots(figsize=(7, 0.5 + 0.35 * len(phases)))
         phases.index = [f"trial {i + 1}" for i in range(len(phases))]
@@ -90,8 +101,15 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[s
         axis.set_xlabel("seconds from request to first token")
         axis.legend(fontsize=7, loc="lower right")
         axis.invert_yaxis()
-        run.save_plot("cold-start-phases", figure)
-        run.record("phase_means_s", {k: round(float(v), 4) for k, v in phases.mean().items()})
+        if run.target_events(since=measured[0].sent):
+            run.record("phase_means_s", {k: round(float(v), 4) for k, v in phases.mean().items()})
+        else:  # the target keeps no replica events: one phase, request to first token
+            run.record("phases_available", False)
+    else:  # the evidence still shows the chart's place, and why it is empty
+        figure, axis = plt.subplots(figsize=(7, 1.0))
+        axis.text(0.5, 0.5, "no cold-start trial completed", ha="center", va="center")
+        axis.set_axis_off()
+    run.save_plot("cold-start-phases", figure)
     return summary
 
 

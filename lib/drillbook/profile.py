@@ -244,6 +244,9 @@ class LoadedProfile:
     def folder(self) -> Path:
         return self.path.parent
 
+    def role(self, role: str) -> Role | None:
+        return self.spec.role(role)
+
     def tenant_keys(self) -> dict[str, str]:
         """Every tenant's key from its environment variable; a missing one is a ConfigError."""
         keys = {}

@@ -49,7 +49,7 @@ class Run:
         self.chaos_runs = 0
         self._workload: Target | None = None
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
-        self.event("run_started", runbook=runbook, target=self.target, kind=profile.kind)
+        self.event("run_started", runbook=runbook, target=self.target, target_kind=profile.kind)
 
     @classmethod
     def begin(cls, runbook: str, control: str, target: str = "sandbox", parameters: dict[str, Any] | None = None,

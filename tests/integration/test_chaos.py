@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from drillbook.chaos import run
-from drillbook.chaos.runner import kubernetes_configuration, parameters_for, sandbox_configuration
+from drillbook.chaos.runner import parameters_for, sandbox_configuration
 from drillbook.chaos.scenarios import SCENARIOS
 from drillbook.config import project_root
 from drillbook.errors import ConfigError
@@ -168,7 +168,20 @@ def test_bad_variables_are_refused_before_any_action(sandbox_factory, tmp_path, 
     assert cli.returncode == 2 and message in cli.stderr and len(cli.stderr.strip().splitlines()) == 1
 
 
+def _cluster_profile(folder: Path, context: str, namespace: str) -> Path:
+    path = folder / f"cluster-{context}-{namespace}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "cluster", "kind": "kubernetes",
+        "kubernetes": {"context": context, "namespace": namespace, "allowed_contexts": ["drillbook-test"],
+                       "allowed_namespaces": ["agents"]},
+        "workload": {"gateway_url": "http://127.0.0.1:9"}, "tenants": {"t": {"key_env": "DRILLBOOK_TEST_KEY"}}}))
+    return path
+
+
 def test_the_allow_list_refuses_a_context_without_contacting_any_server(tmp_path):
+    from drillbook.profile import AgentApi, KubernetesSpec, LoadedProfile, TargetProfile, Workload
+    from drillbook.targets.kubernetes import KubernetesTarget
+
     kubeconfig = tmp_path / "kubeconfig"
     # Were anything contacted, it would be this address, where nothing listens.
     kubeconfig.write_text(yaml.safe_dump({
@@ -176,19 +189,22 @@ def test_the_allow_list_refuses_a_context_without_contacting_any_server(tmp_path
         "clusters": [{"name": "prod", "cluster": {"server": "https://127.0.0.1:1"}}],
         "users": [{"name": "admin", "user": {"token": "t"}}],
         "contexts": [{"name": "production", "context": {"cluster": "prod", "user": "admin"}}]}))
-    configuration = kubernetes_configuration("production", "agents", ["drillbook-test"], ["agents"], tmp_path)
-    with pytest.raises(ConfigError, match="not on the allow-list"):
-        run("ha-replica-loss", configuration, tmp_path / "run")
-    assert not (tmp_path / "faults-production.jsonl").exists()
     env_state = tmp_path / "state"
-    cli = drillbook("chaos", "run", "ha-replica-loss", "--target", "kubernetes", "--context", "production",
-                    "--namespace", "agents", "--allow-context", "drillbook-test", "--allow-namespace", "agents",
-                    state=env_state, KUBECONFIG=str(kubeconfig))
-    assert cli.returncode == 2 and "not on the allow-list" in cli.stderr
-    namespace = drillbook("chaos", "run", "ha-replica-loss", "--target", "kubernetes", "--context", "drillbook-test",
-                          "--namespace", "kube-system", "--allow-context", "drillbook-test", "--allow-namespace",
-                          "agents", "--dry-run", state=env_state)
-    assert namespace.returncode == 2 and "namespace 'kube-system' is not on the allow-list" in namespace.stderr
+    cli = drillbook("chaos", "run", "ha-replica-loss", "--target", str(_cluster_profile(tmp_path, "production", "agents")),
+                    state=env_state, KUBECONFIG=str(kubeconfig), DRILLBOOK_TEST_KEY="k")
+    assert cli.returncode == 2 and "context 'production' is not in allowed_contexts" in cli.stderr, cli.stderr
+    namespace = drillbook("chaos", "run", "ha-replica-loss", "--target",
+                          str(_cluster_profile(tmp_path, "drillbook-test", "kube-system")), "--dry-run",
+                          state=env_state, DRILLBOOK_TEST_KEY="k")
+    assert namespace.returncode == 2 and "namespace 'kube-system' is not in allowed_namespaces" in namespace.stderr
+    # The target checks again, whatever built the profile (an unvalidated one here).
+    spec = TargetProfile.model_construct(
+        name="cluster", kind="kubernetes", api=AgentApi(), workload=Workload(gateway_url="http://127.0.0.1:9"),
+        kubernetes=KubernetesSpec.model_construct(context="production", namespace="agents",
+                                                  allowed_contexts=["drillbook-test"], allowed_namespaces=["agents"]))
+    with pytest.raises(ConfigError, match="not on the allow-list"):
+        KubernetesTarget(LoadedProfile(spec, tmp_path / "cluster.yaml"))
+    assert not (env_state.parent / "ledgers").exists()
 
 
 def test_dry_run_prints_the_plan_and_touches_nothing(sandbox_factory):

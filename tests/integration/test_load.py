@@ -154,7 +154,7 @@ def drillbook(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
         (["agent-sessions", "--duration", "soon"], "invalid --duration"),
         (["agent-sessions", "--set", "colour=blue"], "unknown load setting"),
         (["agent-sessions"], "no sandbox is running"),
-        (["agent-sessions", "--target", "url", "--host", "http://127.0.0.1:9"], "DRILLBOOK_TENANT_KEYS"),
+        (["agent-sessions", "--target", "no-such-target"], "unknown target 'no-such-target'"),
     ],
 )
 def test_bad_load_options_are_one_line_and_exit_2(tmp_path, args, expected):
@@ -165,15 +165,18 @@ def test_bad_load_options_are_one_line_and_exit_2(tmp_path, args, expected):
     assert not (tmp_path / "out").exists()
 
 
-def test_an_unreachable_host_is_refused(tmp_path):
-    env_keys = {"DRILLBOOK_TENANT_KEYS": "t=k"}
-    os.environ.update(env_keys)
+def test_an_unreachable_gateway_is_refused(tmp_path):
+    profile = tmp_path / "elsewhere.yaml"
+    profile.write_text("name: elsewhere\nkind: commands\nworkload: {gateway_url: 'http://127.0.0.1:9'}\n"
+                       "tenants: {t: {key_env: DRILLBOOK_TEST_KEY}}\n")
+    os.environ["DRILLBOOK_TEST_KEY"] = "k"
     try:
-        result = drillbook("load", "agent-sessions", "--target", "url", "--host", "http://127.0.0.1:9",
-                           "--out", str(tmp_path / "out"), state=tmp_path / "state")
+        result = drillbook("load", "agent-sessions", "--target", str(profile), "--out", str(tmp_path / "out"),
+                           state=tmp_path / "state")
     finally:
-        os.environ.pop("DRILLBOOK_TENANT_KEYS")
-    assert result.returncode == 2 and "cannot reach http://127.0.0.1:9" in result.stderr
+        os.environ.pop("DRILLBOOK_TEST_KEY")
+    assert result.returncode == 2 and "cannot reach http://127.0.0.1:9" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_load_command_prints_a_summary_and_writes_the_files(sandbox, tmp_path):

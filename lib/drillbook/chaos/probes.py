@@ -100,8 +100,8 @@ def first_request_from_zero(idle_s: float = 1.0, tenant: str | None = None,
     """After idle_s at zero replicas, send one streamed turn; record time to first token."""
     run = RunContext.of(configuration or {})
     time.sleep(idle_s)
-    gateway, _, key = run.tenant_key(tenant)
-    trial = first_token_latency(gateway, key, api=run.target.api)
+    gateway, name, key = run.tenant_key(tenant)
+    trial = first_token_latency(gateway, key, tenant=name, api=run.target.api)
     trials = run.measurement("cold_start") or []
     trials.append(trial)
     run.record_measurement("cold_start", trials)

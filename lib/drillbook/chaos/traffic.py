@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -141,12 +142,13 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
     return window
 
 
-def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0,
-                        api: AgentApi = REFERENCE_API) -> dict[str, float]:
-    """One turn on a new session: seconds to the first token and to the acknowledgement.
+def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant: str = "",
+                        api: AgentApi = REFERENCE_API) -> dict[str, Any]:
+    """One turn on a new session: seconds to the first token and to the acknowledgement, and the
+    acknowledged turn's receipt (so that the first request from zero is audited for delivery too).
 
-    Streamed where the API streams (the first line carrying a token); otherwise the first token
-    is the whole answer.
+    Streamed where the API streams (the first line carrying a token; the last line is the
+    acknowledgement); otherwise the first token is the whole answer.
     """
     with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=timeout_s) as http:
         sent = time.time()
@@ -155,14 +157,24 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0,
         if session_id is None:
             raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
         first_token = None
+        last_line = ""
+        idempotency_key = uuid.uuid4().hex
         path = api.turn_path(session_id) + (f"?{api.stream_query}" if api.stream_query else "")
         with http.stream("POST", path, json=api.turn_body("wake up"),
-                         headers={api.idempotency_header: uuid.uuid4().hex}) as streamed:
+                         headers={api.idempotency_header: idempotency_key}) as streamed:
             if streamed.status_code not in (200, 201):
                 raise httpx.HTTPStatusError(f"HTTP {streamed.status_code}", request=streamed.request, response=streamed)
             for line in streamed.iter_lines():
                 if line and first_token is None and (not api.stream_query or '"token"' in line):
                     first_token = time.time()
+                if line.strip():
+                    last_line = line
         done = time.time()
+    try:
+        ack = json.loads(last_line)
+        receipt = {"session_id": session_id, "tenant": tenant, "seq": int(ack[api.ack_seq_field]),
+                   "hash": str(ack[api.ack_digest_field]), "idempotency_key": idempotency_key, "acked_at": done}
+    except (ValueError, KeyError, TypeError):
+        receipt = None  # no acknowledgement in the answer: nothing to audit, and the audit says so
     return {"sent": sent, "first_token": first_token or done, "acknowledged": done,
-            "first_token_s": (first_token or done) - sent, "total_s": done - sent}
+            "first_token_s": (first_token or done) - sent, "total_s": done - sent, "receipt": receipt}

@@ -1,0 +1,236 @@
+"""drillbook on someone else's agent service, through a target profile alone.
+
+tinyagent (tests/workloads/tinyagent.py) is not the reference platform: other paths, another
+auth header, its own store and digest chain, no streaming, and a read-back that is not
+drillbook's contract, so its delivery audit goes through a verifier plug-in registered in the
+``drillbook.verifiers`` entry point group (a real dist-info folder on the Python path). The HA
+and cold-start runbooks must pass on it, and fail when it is started with a bug that loses
+acknowledged turns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import yaml
+
+from drillbook.errors import ConfigError
+from drillbook.evidence import verify_path
+from drillbook.execute import execute
+from drillbook.runbook import recorded
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+TINYAGENT = WORKLOADS / "tinyagent.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class TinyAgent:
+    profile: Path
+    admin: str
+    gateway: str
+    process: subprocess.Popen
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"{self.admin}/status", timeout=5) as response:
+            return json.loads(response.read())
+
+
+def install_verifier_plugin(folder: Path) -> Path:
+    """tinyagent's verifier as an installed distribution would be: module plus dist-info with its entry point."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKLOADS / "tinyagent_verifier.py", folder / "tinyagent_verifier.py")
+    info = folder / "tinyagent_verifier-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyagent-verifier\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[drillbook.verifiers]\ntinyagent = tinyagent_verifier:TinyAgentVerifier\n")
+    return folder
+
+
+def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent") -> Path:
+    ctl = [sys.executable, str(TINYAGENT), "ctl", "--admin", admin]
+
+    def command(*args: str) -> str:
+        return " ".join([*ctl, *args])
+
+    path.write_text(yaml.safe_dump({
+        "name": "tinyagent", "kind": "commands",
+        "description": "a small agent service that is not the reference platform",
+        "workload": {
+            "gateway_url": f"http://127.0.0.1:{port}",
+            "agent": {"commands": {"status": command("status"), "kill": command("kill", "{count}", "{signal}"),
+                                   "scale": command("scale", "{replicas}")}},
+            "store": {"backup": command("backup"), "restore": command("restore", "{backup}"),
+                      "destroy": command("destroy"), "recreate": command("recreate"), "healthy": command("healthy")},
+        },
+        "tenants": {"red": {"key_env": "TINY_RED_KEY"}, "blue": {"key_env": "TINY_BLUE_KEY"}},
+        "api": {"auth_header": "X-Api-Key", "auth_scheme": "", "open_session": "/api/conversations",
+                "session_id_field": "id", "turn": "/api/conversations/{session}/messages", "input_field": "text",
+                "max_tokens_field": None, "idempotency_header": "X-Request-Id", "ack_seq_field": "index",
+                "ack_digest_field": "digest", "stream_query": None},
+        "delivery": {"verifier": verifier},
+        "slos": {"ha-replica-loss": {"max_recovery_s": 15.0}},
+    }, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TinyAgent]]:
+    """Start tinyagent (optionally with a bug); its keys and verifier plug-in are in this process's
+    environment and Python path, and in the notebook kernels' (through PYTHONPATH)."""
+    plugins = install_verifier_plugin(tmp_path / "plugins")
+    monkeypatch.syspath_prepend(str(plugins))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("TINY_RED_KEY", "red-secret-1")
+    monkeypatch.setenv("TINY_BLUE_KEY", "blue-secret-2")
+    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+    started: list[subprocess.Popen] = []
+
+    def start(bug: str = "none", verifier: str = "tinyagent") -> TinyAgent:
+        port, admin_port = _free_port(), _free_port()
+        data = tmp_path / f"tinyagent-{len(started)}"
+        process = subprocess.Popen(
+            [sys.executable, str(TINYAGENT), "serve", "--port", str(port), "--admin-port", str(admin_port),
+             "--data", str(data), "--replicas", "2", "--bug", bug],
+            env={**os.environ, "TINYAGENT_KEYS": "red=red-secret-1,blue=blue-secret-2"}, start_new_session=True)
+        started.append(process)
+        admin = f"http://127.0.0.1:{admin_port}"
+        agent = TinyAgent(write_profile(tmp_path / f"tinyagent-{len(started)}.yaml", port, admin, verifier), admin,
+                          f"http://127.0.0.1:{port}", process)
+
+        def healthy() -> bool:
+            try:
+                status = agent.status()
+            except OSError:
+                return False
+            return status["ready"] == status["desired"] == 2
+
+        wait_for(healthy, timeout=30)
+        return agent
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+
+
+def values(bundle: Path) -> dict:
+    return recorded(bundle / "runbook.ipynb")
+
+
+HA = {"users": "6", "duration_s": "9.0", "kill_after_s": "3.0", "think_time_s": "0.1"}
+
+
+def test_ha_runbook_passes_on_a_workload_known_only_by_its_profile(tinyagent, tmp_path):
+    agent = tinyagent()
+    executed = execute("ha-replica-loss", str(agent.profile), HA, results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.summary
+    found = values(executed.bundle)["values"]
+    assert found["lost_turns"] == 0 and found["duplicated_turns"] == 0
+    assert found["acknowledged_turns"] > 20 and len(found["killed_replicas"]) == 1
+    assert found["replicas_recovered_s"] is not None
+    # The profile's SLO replaced the notebook's default; the run's evidence says which profile.
+    assert json.loads((executed.bundle / "manifest.json").read_text())["parameters"]["max_recovery_s"] == 15.0
+    assert "red-secret-1" not in (executed.bundle / "runbook.ipynb").read_text()
+    assert (executed.bundle / "target-profile.yaml").exists()
+    assert verify_path(tmp_path / "results").ok
+    assert agent.status() == {"desired": 2, "ready": 2, "replicas": 2}  # put back as it was
+
+
+def test_ha_runbook_fails_when_the_workload_loses_acknowledged_turns(tinyagent, tmp_path):
+    agent = tinyagent(bug="lose-first-turn")
+    executed = execute("ha-replica-loss", str(agent.profile), HA, results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.summary
+    found = values(executed.bundle)["values"]
+    assert found["lost_turns"] >= 6  # every session's first turn, at least
+    failed = {c["name"] for c in executed.summary["checks"] if not c["passed"]}
+    assert "acknowledged turns lost" in failed
+
+
+def test_cold_start_runbook_passes_and_fails_on_the_same_workload_kind(tinyagent, tmp_path):
+    healthy = tinyagent()
+    executed = execute("cold-start", str(healthy.profile), {"trials": "2", "idle_s": "0.2"},
+                       results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.summary
+    found = values(executed.bundle)["values"]
+    assert found["trials_completed"] == 2 and found["first_turns_lost"] == 0
+    assert found["cold_start_p95_s"] >= 0.25  # at least a worker's start-up
+    assert healthy.status() == {"desired": 2, "ready": 2, "replicas": 2}
+
+    buggy = tinyagent(bug="lose-first-turn")
+    executed = execute("cold-start", str(buggy.profile), {"trials": "1", "idle_s": "0.2"},
+                       results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.summary
+    assert values(executed.bundle)["values"]["first_turns_lost"] == 1
+
+
+def test_a_workload_without_read_back_is_not_verifiable_and_cannot_pass(tinyagent, tmp_path):
+    agent = tinyagent(verifier="none")
+    executed = execute("cold-start", str(agent.profile), {"trials": "1", "idle_s": "0.1"},
+                       results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.summary
+    found = values(executed.bundle)["values"]
+    assert found["delivery_verifiable"] is False and found["first_turns_lost"] is None
+    check = next(c for c in executed.summary["checks"] if c["name"] == "first turns from zero lost")
+    assert check["value"] is None and not check["passed"]
+
+
+def test_a_verifier_that_is_not_installed_is_refused_by_name(tinyagent, tmp_path):
+    from drillbook.delivery import verifier_for
+    from drillbook.profile import load_profile
+
+    agent = tinyagent()
+    profile = write_profile(tmp_path / "other.yaml", 9, agent.admin, verifier="no-such-verifier")
+    with pytest.raises(ConfigError, match="no drillbook.verifiers entry point named 'no-such-verifier'"):
+        verifier_for(load_profile(str(profile)), agent.gateway, {})
+    assert type(verifier_for(load_profile(str(agent.profile)), agent.gateway, {})).__name__ == "TinyAgentVerifier"
+
+
+def test_the_delivery_audit_reads_tinyagent_through_its_plugin(tinyagent):
+    from drillbook.delivery import Receipt, audit_delivery, verifier_for
+    from drillbook.profile import load_profile
+
+    agent = tinyagent(bug="lose-first-turn")
+    keys = {"red": "red-secret-1"}
+    headers = {"X-Api-Key": "red-secret-1", "Content-Type": "application/json"}
+
+    def post(path: str, body: dict, extra: dict | None = None) -> dict:
+        request = urllib.request.Request(agent.gateway + path, data=json.dumps(body).encode(),
+                                         headers={**headers, **(extra or {})}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    conversation = post("/api/conversations", {})["id"]
+    receipts = []
+    for index in range(3):
+        ack = post(f"/api/conversations/{conversation}/messages", {"text": f"m{index}"}, {"X-Request-Id": f"r{index}"})
+        receipts.append(Receipt(conversation, "red", ack["index"], ack["digest"], f"r{index}", acked_at=time.time()))
+    verifier = verifier_for(load_profile(str(agent.profile)), agent.gateway, keys)
+    report = audit_delivery(receipts, verifier)
+    # The first acknowledged message was never stored: lost (the next one took its place).
+    assert report.verifiable and report.lost == 1 and not report.ok
+    assert report.sessions[0].lost == [1]
