@@ -234,3 +234,89 @@ def test_the_delivery_audit_reads_tinyagent_through_its_plugin(tinyagent):
     # The first acknowledged message was never stored: lost (the next one took its place).
     assert report.verifiable and report.lost == 1 and not report.ok
     assert report.sessions[0].lost == [1]
+
+
+def test_restore_drill_runs_the_profiles_store_commands(tinyagent, tmp_path):
+    agent = tinyagent()
+    executed = execute("restore-drill", str(agent.profile), results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.summary
+    found = values(executed.bundle)["values"]
+    assert found["backup_created"] is True and found["rpo_turns"] == 6 and found["integrity"] == 1.0
+    backups = list((tmp_path / "tinyagent-0" / "backups").glob("*.sqlite"))
+    assert len(backups) == 1  # made by the profile's backup command
+
+
+def drillbook(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "drillbook", *args], env={**os.environ, "COLUMNS": "250"},
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_target_check_says_which_runbooks_can_run_and_why_not(tinyagent, tmp_path):
+    from drillbook.access import check_target
+    from drillbook.profile import load_profile
+
+    agent = tinyagent()
+    report = check_target(load_profile(str(agent.profile)))
+    assert [f.subject for f in report.reachability] == ["gateway", "tenant red", "tenant blue", "delivery"]
+    assert all(f.ok for f in report.reachability), report.reachability
+    assert report.runbook("ha-replica-loss").ok and report.runbook("cold-start").ok
+    assert report.runbook("restore-drill").ok
+    assert not report.runbook("noisy-neighbour").ok and not report.ok
+    cli = drillbook("target", "check", str(agent.profile))
+    assert cli.returncode == 1 and "cannot run" in cli.stdout and "key accepted" in cli.stdout, cli.stdout
+
+    # A wrong key and a kill command that does not exist: named, and nothing else is touched.
+    spec = yaml.safe_load(agent.profile.read_text())
+    spec["workload"]["agent"]["commands"]["kill"] = "./no-such-ops.sh kill {count}"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(spec))
+    os.environ["TINY_BLUE_KEY"] = "not-the-key"
+    before = agent.status()
+    report = check_target(load_profile(str(broken)))
+    assert next(f for f in report.reachability if f.subject == "tenant blue").detail == "key refused (HTTP 401)"
+    assert not report.runbook("ha-replica-loss").ok
+    assert "no-such-ops.sh does not exist" in report.runbook("ha-replica-loss").detail
+    assert report.runbook("cold-start").ok
+    assert agent.status() == before
+
+    os.environ.pop("TINY_BLUE_KEY")
+    missing = drillbook("target", "check", str(agent.profile))
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("drillbook: tinyagent-1.yaml: invalid tenants.blue.key_env: environment variable "
+                                      "TINY_BLUE_KEY is not set")
+
+
+def test_target_check_on_the_sandbox(sandbox):
+    from drillbook.access import check_target
+    from drillbook.profile import builtin_sandbox
+
+    report = check_target(builtin_sandbox(), sandbox.state_dir)
+    assert report.ok, report
+    assert {f.subject for f in report.reachability} >= {"gateway", "tenant tenant-a", "tenant tenant-b", "delivery"}
+
+
+def test_a_kubernetes_api_that_does_not_answer_is_reported(tmp_path, monkeypatch):
+    from drillbook.access import check_target
+    from drillbook.profile import load_profile
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "drillbook-test",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{_free_port()}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "drillbook-test", "context": {"cluster": "c", "user": "u"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    with socket.socket() as listener:  # a gateway that accepts connections and never answers HTTP
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        profile = tmp_path / "cluster.yaml"
+        profile.write_text(yaml.safe_dump({
+            "name": "cluster", "kind": "kubernetes",
+            "kubernetes": {"context": "drillbook-test", "namespace": "agents", "allowed_contexts": ["drillbook-test"],
+                           "allowed_namespaces": ["agents"]},
+            "workload": {"gateway_url": f"http://127.0.0.1:{listener.getsockname()[1]}"},
+            "tenants": {"t": {"key_env": "DRILLBOOK_TEST_KEY"}}}))
+        report = check_target(load_profile(str(profile)))
+    api = next(f for f in report.reachability if f.subject == "kubernetes API")
+    assert not api.ok and not report.ok

@@ -172,9 +172,10 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
         done = time.time()
     try:
         ack = json.loads(last_line)
+        ack = ack["ack"] if isinstance(ack.get("ack"), dict) else ack  # a streamed answer's last line may wrap it
         receipt = {"session_id": session_id, "tenant": tenant, "seq": int(ack[api.ack_seq_field]),
                    "hash": str(ack[api.ack_digest_field]), "idempotency_key": idempotency_key, "acked_at": done}
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         receipt = None  # no acknowledgement in the answer: nothing to audit, and the audit says so
     return {"sent": sent, "first_token": first_token or done, "acknowledged": done,
             "first_token_s": (first_token or done) - sent, "total_s": done - sent, "receipt": receipt}

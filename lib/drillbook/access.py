@@ -1,0 +1,194 @@
+"""`drillbook target check`: can drillbook reach this target, and which runbooks may it run there?
+
+Read-only. It reaches the gateway, checks every tenant key with a read (a session that does not
+exist must be answered "not found", not "unauthorised"), asks the workload for each tier's
+status, and on kubernetes asks the API server (SelfSubjectAccessReview) whether the runner may
+do what each runbook needs in each allowed namespace. Nothing is created, changed or deleted.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from drillbook.profile import LoadedProfile
+
+# What each runbook does to a Kubernetes target: (verb, group, resource, subresource).
+KUBERNETES_NEEDS: dict[str, list[tuple[str, str, str, str]]] = {
+    "ha-replica-loss": [("list", "", "pods", ""), ("delete", "", "pods", ""), ("get", "apps", "deployments", "")],
+    "cold-start": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", "scale"),
+                   ("list", "", "pods", "")],
+    "noisy-neighbour": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", "scale"),
+                        ("get", "", "resourcequotas", "")],
+    "restore-drill": [("get", "apps", "deployments", "")],
+    "network-faults": [("create", "networking.k8s.io", "networkpolicies", ""),
+                       ("delete", "networking.k8s.io", "networkpolicies", "")],
+    "triage": [("list", "", "events", ""), ("list", "", "pods", "")],
+}
+
+
+@dataclass
+class Finding:
+    subject: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class TargetReport:
+    """What the check found: reachability and keys, and per runbook whether it can run and why not."""
+
+    profile: str
+    kind: str
+    reachability: list[Finding] = field(default_factory=list)
+    runbooks: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.reachability) and all(f.ok for f in self.runbooks)
+
+    def runbook(self, name: str) -> Finding:
+        return next(f for f in self.runbooks if f.subject == name)
+
+
+def check_tenant_keys(gateway: str, keys: dict[str, str], profile: LoadedProfile) -> list[Finding]:
+    """One read per tenant of a session that cannot exist: 404 means the key was accepted."""
+    api, path = profile.spec.api, profile.spec.delivery.readback_path
+    findings = []
+    with httpx.Client(base_url=gateway, timeout=10.0) as http:
+        for tenant, key in keys.items():
+            probe = path.replace("{session}", f"drillbook-check-{uuid.uuid4().hex[:8]}")
+            try:
+                status = http.get(probe, headers=api.auth(key)).status_code
+            except httpx.HTTPError as error:
+                findings.append(Finding(f"tenant {tenant}", False, f"no answer: {type(error).__name__}"))
+                continue
+            if status in (401, 403):
+                findings.append(Finding(f"tenant {tenant}", False, f"key refused (HTTP {status})"))
+            elif status in (200, 404):
+                findings.append(Finding(f"tenant {tenant}", True, f"key accepted (HTTP {status} for an unknown session)"))
+            else:
+                findings.append(Finding(f"tenant {tenant}", False, f"unexpected HTTP {status} on {probe}"))
+    return findings
+
+
+def _command_found(line: str, folder: Path) -> str | None:
+    """None when the command's program exists, else why not."""
+    program = shlex.split(line)[0]
+    if "/" in program:
+        path = (folder / program) if not Path(program).is_absolute() else Path(program)
+        return None if path.exists() else f"{program} does not exist"
+    return None if shutil.which(program) else f"{program} is not on PATH"
+
+
+def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
+    findings = []
+    agent = profile.role("agent")
+    agent_commands = agent.commands if agent else None
+    store = profile.spec.workload.store
+
+    def missing(lines: dict[str, str | None]) -> list[str]:
+        why = []
+        for name, line in lines.items():
+            if not line:
+                why.append(f"no {name} command")
+            elif (problem := _command_found(line, profile.folder)) is not None:
+                why.append(f"{name}: {problem}")
+        return why
+
+    status_problem = None
+    if agent_commands is not None:
+        try:
+            target.ready("agent")
+        except Exception as error:  # noqa: BLE001 - reported, not raised: this is a check
+            status_problem = f"agent status: {error}"
+    needs = {
+        "ha-replica-loss": {"agent status": agent_commands.status if agent_commands else None,
+                            "agent kill": agent_commands.kill if agent_commands else None},
+        "cold-start": {"agent status": agent_commands.status if agent_commands else None,
+                       "agent scale": agent_commands.scale if agent_commands else None},
+        "restore-drill": {"store backup": store.backup if store else None,
+                          "store restore": store.restore if store else None,
+                          "store destroy": store.destroy if store else None},
+    }
+    for runbook, lines in needs.items():
+        why = missing(lines)
+        if status_problem and runbook != "restore-drill":
+            why.append(status_problem)
+        findings.append(Finding(runbook, not why, "; ".join(why) or "commands found"))
+    findings.append(Finding("noisy-neighbour", False, "needs an aggressor tier: the sandbox's, or tenant namespaces "
+                                                      "on kubernetes"))
+    return findings
+
+
+def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
+    from chaosk8s import create_k8s_api_client
+    from kubernetes import client
+
+    spec = profile.spec.kubernetes
+    assert spec is not None
+    api = client.AuthorizationV1Api(create_k8s_api_client({"KUBERNETES_CONTEXT": spec.context}))
+    allowed: dict[tuple[str, str, str, str, str], bool] = {}
+
+    def may(verb: str, group: str, resource: str, subresource: str, namespace: str) -> bool:
+        key = (verb, group, resource, subresource, namespace)
+        if key not in allowed:
+            review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb, group=group, resource=resource, subresource=subresource or None,
+                    namespace=namespace)))
+            allowed[key] = bool(api.create_self_subject_access_review(review).status.allowed)
+        return allowed[key]
+
+    findings = []
+    for runbook, needs in KUBERNETES_NEEDS.items():
+        why = [f"{verb} {resource}{'/' + sub if sub else ''} in {namespace}"
+               for namespace in spec.allowed_namespaces for verb, group, resource, sub in needs
+               if not may(verb, group, resource, sub, namespace)]
+        if runbook == "restore-drill" and profile.spec.workload.store is None:
+            why.append("no workload.store commands")
+        findings.append(Finding(runbook, not why, ("not allowed: " + ", ".join(why)) if why else "allowed"))
+    return findings
+
+
+def check_target(profile: LoadedProfile, state_dir: Path | None = None) -> TargetReport:
+    """Everything `drillbook target check` reports, touching nothing."""
+    from drillbook.delivery import NOT_VERIFIABLE, available_verifiers
+    from drillbook.targets import check_reachable, target_for
+
+    report = TargetReport(profile.name, profile.kind)
+    try:
+        target = target_for(profile, state_dir)
+        gateway, keys = target.gateway()
+        check_reachable(gateway)
+    except Exception as error:  # noqa: BLE001 - reported as the first finding
+        report.reachability.append(Finding("gateway", False, str(error)))
+        return report
+    report.reachability.append(Finding("gateway", True, f"{gateway} accepts connections"))
+    report.reachability.extend(check_tenant_keys(gateway, keys, profile))
+    verifier = profile.spec.delivery.verifier
+    if verifier == NOT_VERIFIABLE:
+        report.reachability.append(Finding("delivery", False, "no verifier: delivery checks are not verifiable, "
+                                                              "so no runbook can PASS on them"))
+    elif verifier not in available_verifiers():
+        report.reachability.append(Finding("delivery", False, f"verifier {verifier!r} is not installed "
+                                                              f"(drillbook.verifiers: {', '.join(available_verifiers())})"))
+    else:
+        report.reachability.append(Finding("delivery", True, f"verifier {verifier!r}"))
+    if profile.kind == "sandbox":
+        report.runbooks = [Finding(name, True, "the reference platform") for name in
+                           ("ha-replica-loss", "cold-start", "noisy-neighbour", "restore-drill")]
+    elif profile.kind == "commands":
+        report.runbooks = _commands_runbooks(profile, target)
+    else:
+        try:
+            report.runbooks = _kubernetes_runbooks(profile)
+        except Exception as error:  # noqa: BLE001 - an API server that does not answer is a finding
+            report.reachability.append(Finding("kubernetes API", False, f"{type(error).__name__}: {error}"[:300]))
+    return report

@@ -1,0 +1,142 @@
+"""Target profiles: every validation error is one line naming the field; the shipped profiles
+and examples validate; the sandbox profile states the notebooks' own SLO defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drillbook.config import project_root
+from drillbook.errors import ConfigError
+from drillbook.execute import notebook_parameters, runbook_path, validate_parameters
+from drillbook.profile import AgentApi, builtin_sandbox, load_profile, parse_profile
+
+COMMANDS = {"name": "harness", "kind": "commands", "workload": {"gateway_url": "http://127.0.0.1:8080"},
+            "tenants": {"team-a": {"key_env": "TEAM_A_KEY"}}}
+KUBERNETES = {"name": "cluster", "kind": "kubernetes",
+              "kubernetes": {"context": "test", "namespace": "agents", "allowed_contexts": ["test"],
+                             "allowed_namespaces": ["agents"]},
+              "workload": {"gateway_url": "http://127.0.0.1:8080"}, "tenants": {"t": {"key_env": "T_KEY"}}}
+
+
+def parse(data: object, name: str = "p.yaml"):
+    return parse_profile(yaml.safe_dump(data), Path(name))
+
+
+def changed(base: dict, path: str, value: object) -> dict:
+    """base with the dotted field set (value None deletes it)."""
+    data = yaml.safe_load(yaml.safe_dump(base))
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (changed(COMMANDS, "colour", "blue"), "p.yaml: invalid colour: Extra inputs are not permitted"),
+    (changed(COMMANDS, "kind", "nomad"), "p.yaml: invalid kind: Input should be 'sandbox', 'kubernetes' or 'commands'"),
+    (changed(COMMANDS, "name", "Has Spaces"), "p.yaml: invalid name: String should match pattern"),
+    (changed(COMMANDS, "workload.gateway_url", None), "p.yaml: invalid input: kind commands needs workload.gateway_url"),
+    (changed(COMMANDS, "workload.gateway_url", "ftp://x"), "p.yaml: invalid workload.gateway_url: must be an http(s) URL"),
+    (changed(COMMANDS, "tenants", {}), "p.yaml: invalid input: kind commands needs at least one tenant"),
+    (changed(COMMANDS, "tenants.team-a.key_env", "sk-live-123"),
+     "p.yaml: invalid tenants.team-a.key_env: 'sk-live-123' is not an environment variable name"),
+    (changed(COMMANDS, "tenants.team-a.key", "secret"), "p.yaml: invalid tenants.team-a.key: Extra inputs"),
+    (changed(COMMANDS, "api.turn", "/v1/turns"), "p.yaml: invalid api.turn: the turn path must contain {session}"),
+    (changed(COMMANDS, "workload.agent", {"deployment": "agent"}),
+     "p.yaml: invalid input: kind commands needs workload.agent.commands"),
+    (changed(COMMANDS, "workload.agent", {"commands": {"kill": "x"}}),
+     "p.yaml: invalid workload.agent.commands.status: Field required"),
+    (changed(KUBERNETES, "kubernetes", None), "p.yaml: invalid input: kind kubernetes needs a kubernetes section"),
+    (changed(KUBERNETES, "kubernetes.context", "production"),
+     "p.yaml: invalid kubernetes: context 'production' is not in allowed_contexts"),
+    (changed(KUBERNETES, "kubernetes.allowed_namespaces", []), "p.yaml: invalid kubernetes.allowed_namespaces"),
+    ({"name": "sandbox", "kind": "sandbox", "tenants": {"a": {"key_env": "A"}}},
+     "p.yaml: invalid input: the sandbox kind takes its gateway and tenants from the running sandbox"),
+    (changed(COMMANDS, "slos", {"chaos-monkey": {"x": 1}}), "p.yaml: invalid slos.chaos-monkey: unknown runbook"),
+    (changed(COMMANDS, "slos", {"cold-start": {"slo_p99_s": 1}}),
+     "p.yaml: invalid slos.cold-start.slo_p99_s: not a parameter of cold-start"),
+    (changed(COMMANDS, "slos", {"cold-start": {"target": "x"}}),
+     "p.yaml: invalid slos.cold-start.target: not a parameter of cold-start"),
+    (changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": "fast"}}),
+     "p.yaml: invalid slos.cold-start.slo_p95_s: 'fast' is not the type of its default 5.0"),
+    (["a", "list"], "p.yaml: a profile is a mapping of fields"),
+])
+def test_each_profile_error_is_one_line_naming_the_field(data, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse(data)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(expected), message
+
+
+def test_text_that_is_not_yaml_is_named():
+    with pytest.raises(ConfigError, match=r"^p.yaml is not valid YAML"):
+        parse_profile("name: [unclosed", Path("p.yaml"))
+
+
+def test_a_missing_key_variable_names_the_tenant_and_the_variable(monkeypatch):
+    profile = parse(COMMANDS)
+    monkeypatch.delenv("TEAM_A_KEY", raising=False)
+    with pytest.raises(ConfigError, match="^p.yaml: invalid tenants.team-a.key_env: environment variable TEAM_A_KEY "
+                                          "is not set$"):
+        profile.tenant_keys()
+    monkeypatch.setenv("TEAM_A_KEY", "k-1")
+    assert profile.tenant_keys() == {"team-a": "k-1"}
+
+
+def test_unknown_targets_list_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown target 'prod'; known: sandbox"):
+        load_profile("prod")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_profile("/no/such/profile.yaml")
+
+
+def test_shipped_profiles_and_examples_validate(monkeypatch):
+    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY"):
+        monkeypatch.setenv(variable, "k")
+    paths = sorted((project_root() / "targets").rglob("*.yaml"))
+    assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml"}
+    for path in paths:
+        profile = load_profile(str(path))
+        if profile.kind != "sandbox":
+            assert profile.tenant_keys()
+
+
+def test_the_sandbox_profile_states_the_notebooks_own_slo_defaults():
+    sandbox = builtin_sandbox()
+    assert sandbox.kind == "sandbox" and sandbox.spec.delivery.verifier == "reference"
+    assert sandbox.spec.api == AgentApi()  # the reference platform's API is the default
+    for runbook, thresholds in sandbox.spec.slos.items():
+        declared = notebook_parameters(runbook_path(runbook))
+        assert {name: declared[name].default for name in thresholds} == thresholds
+
+
+def test_profile_slos_sit_between_notebook_defaults_and_explicit_parameters():
+    profile = parse(changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": 20, "trials": 5}}))
+    path = runbook_path("cold-start")
+    assert validate_parameters(path, {}, profile)["slo_p95_s"] == 20.0
+    assert validate_parameters(path, {}, profile)["trials"] == 5
+    assert validate_parameters(path, {"slo_p95_s": "2.5"}, profile)["slo_p95_s"] == 2.5
+    assert validate_parameters(path, {})["slo_p95_s"] == 5.0
+
+
+def test_a_bad_profile_stops_drillbook_run_before_anything_starts(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(changed(COMMANDS, "tenants.team-a.key_env", "lower")))
+    result = subprocess.run([sys.executable, "-m", "drillbook", "run", "cold-start", "--target", str(bad),
+                             "--results", str(tmp_path / "results")], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DRILLBOOK_STATE_DIR": str(tmp_path / "state")})
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("drillbook: bad.yaml: invalid tenants.team-a.key_env:")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
