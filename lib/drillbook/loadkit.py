@@ -9,6 +9,10 @@ into the folder given by ``--drillbook-out``:
 - ``requests-<pid>.csv``: one line per request (start epoch, name, milliseconds as a float,
   ok, error), from which exact per-second and per-phase percentiles are computed;
 - ``phases.jsonl`` (from a load shape): when each phase began.
+
+Your own locustfile (a target profile's ``load.locustfile``) imports this module to get the
+request log, reads its keys with ``tenant_keys(environment)`` and calls ``acknowledged(...)``
+for every acknowledged turn; drillbook then collects statistics and receipts as for its own.
 """
 
 from __future__ import annotations
@@ -91,6 +95,18 @@ class Recorder:
 
 
 recorder = Recorder()
+
+
+def tenant_keys(environment: Environment) -> dict[str, str]:
+    """The tenant keys drillbook handed this Locust process (for your own locustfile)."""
+    return parse_tenant_keys(environment.parsed_options.tenant_keys)
+
+
+def acknowledged(session_id: str, tenant: str, seq: int, digest: str, idempotency_key: str | None = None,
+                 attempts: int = 1) -> None:
+    """Keep a receipt of an acknowledged turn, for the delivery audit (for your own locustfile)."""
+    recorder.receipt({"session_id": session_id, "tenant": tenant, "seq": seq, "hash": digest,
+                      "idempotency_key": idempotency_key, "attempts": attempts, "acked_at": time.time()})
 
 
 @events.init.add_listener
@@ -180,9 +196,8 @@ class AgentClientUser(FastHttpUser):
                                   name=name, catch_response=True) as response:
                 if response.status_code in (200, 201):
                     ack = response.json()
-                    recorder.receipt({"session_id": self.session_id, "tenant": self.tenant,
-                                      "seq": ack[self.api.ack_seq_field], "hash": ack[self.api.ack_digest_field],
-                                      "idempotency_key": key, "attempts": attempt, "acked_at": time.time()})
+                    acknowledged(self.session_id, self.tenant, ack[self.api.ack_seq_field],
+                                 ack[self.api.ack_digest_field], key, attempt)
                     return
                 response.failure(f"HTTP {response.status_code}")
                 if response.status_code not in RETRYABLE_STATUS:

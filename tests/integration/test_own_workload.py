@@ -320,3 +320,32 @@ def test_a_kubernetes_api_that_does_not_answer_is_reported(tmp_path, monkeypatch
         report = check_target(load_profile(str(profile)))
     api = next(f for f in report.reachability if f.subject == "kubernetes API")
     assert not api.ok and not report.ok
+
+
+def test_the_profiles_own_locustfile_drives_the_load_and_drillbook_audits_it(tinyagent, tmp_path):
+    agent = tinyagent()
+    spec = yaml.safe_load(agent.profile.read_text())
+    spec["load"] = {"locustfile": str(WORKLOADS / "tinyagent_locustfile.py")}
+    own = tmp_path / "own-load.yaml"
+    own.write_text(yaml.safe_dump(spec))
+    result = drillbook("load", "agent-sessions", "--target", str(own), "--users", "3", "--duration", "3s",
+                       "--out", str(tmp_path / "load"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "load" / "load-summary.json").read_text())
+    assert summary["profile"] == "tinyagent_locustfile"
+    assert summary["delivery"]["acknowledged"] > 10 and summary["delivery"]["delivered"] is True
+    assert list((tmp_path / "load").glob("requests-*.csv")) and list((tmp_path / "load").glob("receipts-*.jsonl"))
+
+
+def test_a_game_day_plan_names_the_profile(tinyagent, tmp_path):
+    from drillbook.gameday import run_gameday
+
+    agent = tinyagent()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "tiny", "target": str(agent.profile), "runbooks": [
+        {"runbook": "cold-start", "parameters": {"trials": 1, "idle_s": 0.1}},
+        {"runbook": "restore-drill"}]}))
+    result = run_gameday(plan, tmp_path / "state", tmp_path / "results")
+    assert result.passed, result.runs
+    assert [verdict for _, verdict, _ in result.runs] == ["PASS", "PASS"]
+    assert all("_tinyagent_" in bundle.name for _, _, bundle in result.runs)
