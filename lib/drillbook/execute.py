@@ -106,7 +106,26 @@ def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedP
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise ConfigError(f"invalid {name}: {text!r} must not be negative")
         values[name] = value
+    for name, parameter in declared.items():
+        if parameter.help.startswith("required") and values.get(name) in ("", None):
+            raise ConfigError(f"{path.stem} needs -p {name}=...: {parameter.help}")
     return values
+
+
+def check_oncall(runbook: str, target_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """On-call runs say who runs them; a real change also needs confirm=<target> and an incident."""
+    import getpass
+
+    from drillbook.oncall import require_confirmation
+
+    checked = dict(parameters)
+    if "operator" in checked and not checked["operator"]:
+        checked["operator"] = getpass.getuser()
+    if checked.get("dry_run") is False:
+        require_confirmation(target_name, False, str(checked.get("confirm", "")))
+        if "incident" in checked and not checked["incident"]:
+            raise ConfigError(f"{runbook}: a real run needs -p incident=<reference> (who asked for it, and why)")
+    return checked
 
 
 @contextmanager
@@ -159,7 +178,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
 
     path = runbook_path(name)
     profile = load_profile(target)
-    parameters = validate_parameters(path, overrides or {}, profile)
+    parameters = check_oncall(path.stem, profile.name, validate_parameters(path, overrides or {}, profile))
     state = profile.state_dir(sandbox_state) if profile.kind == "sandbox" else default_state_dir(sandbox_state)
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
     secrets = workload.secrets()

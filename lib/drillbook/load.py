@@ -258,6 +258,17 @@ class LoadRun:
             time.sleep(0.1)
         return False
 
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the run before its time (SIGTERM lets Locust stop its users), then make sure the
+        whole process group is gone."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(grace_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        _kill_group(self.process)
+
     def wait(self, progress: Callable[[float, float], None] | None = None) -> LoadResult:
         overran = False
         try:

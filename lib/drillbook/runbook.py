@@ -137,6 +137,12 @@ class Run:
         """The workload's replica lifecycle events since a moment (empty where it keeps none)."""
         return [e for e in self.workload().events() if e["t"] >= since]
 
+    def on_call(self, operator: str, incident: str) -> None:
+        """Record who runs this on-call runbook and for which incident (kept in the evidence)."""
+        self.record("operator", operator)
+        self.record("incident", incident or "none")
+        self.event("on_call", operator=operator, incident=incident)
+
     # -- recording ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
         self.timeline.append({"t": time.time(), "kind": kind, **fields})

@@ -64,14 +64,20 @@ def destroy_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 def restore_store(backup: str = "latest", configuration: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore the state store from a backup; resolves this run's store-destroyed faults."""
+    """Restore the state store from a backup with the on-call procedure itself (so the drill
+    rehearses exactly what on-call runs), then its post-checks; resolves this run's
+    store-destroyed faults."""
+    from drillbook.oncall.restore import RestoreProcedure
+
     run = RunContext.of(configuration or {})
-    answer = run.target.restore_store(backup)
+    procedure = RestoreProcedure(run.target)
+    restored = procedure.restore(backup, dry_run=False, confirm=run.target.name)
     for fault in run.ledger.open_faults(run.run_id):
         if fault.kind == "store-destroyed":
             run.ledger.resolve(fault, "restored by the experiment")
-    run.record_measurement("restored", {"at": time.time(), **answer})
-    return answer
+    checked = procedure.postcheck()
+    run.record_measurement("restored", {"at": restored["at"], **restored["answer"], "postcheck": checked})
+    return {**restored["answer"], "postcheck": checked}
 
 
 SETTLE_TIMEOUT_S = 60.0

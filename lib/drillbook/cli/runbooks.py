@@ -29,6 +29,7 @@ def run_command(
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
     from drillbook.execute import (
         available_runbooks,
+        check_oncall,
         execute,
         notebook_parameters,
         runbook_path,
@@ -54,7 +55,8 @@ def run_command(
 
     overrides = name_value_pairs(parameter, "-p")
     # bad input stops here, before a kernel starts: the runbook, its parameters, the profile
-    validate_parameters(runbook_path(runbook), overrides, load_profile(target))
+    profile = load_profile(target)
+    check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
     err_console.print(f"[dim]…[/] running {runbook} on {target}")
     executed = execute(runbook, target, overrides, results, state_dir(state))
     colour = "green" if executed.verdict == "PASS" else "red"

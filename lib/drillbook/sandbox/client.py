@@ -78,6 +78,15 @@ class ControlClient:
     def recreate_store(self) -> dict[str, Any]:
         return self._call("POST", "/v1/store/recreate")
 
+    def store_sessions(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/store/sessions")["sessions"])
+
+    def tenant_limits(self) -> dict[str, dict[str, float]]:
+        return dict(self._call("GET", "/v1/tenants")["limits"])
+
+    def set_tenant_limit(self, tenant: str, rps: float, burst: int) -> dict[str, Any]:
+        return self._call("POST", f"/v1/tenants/{tenant}/limit", json={"rps": rps, "burst": burst})
+
     def shutdown(self) -> dict[str, Any]:
         return self._call("POST", "/v1/shutdown")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drillbook.config import Defect
@@ -34,6 +34,9 @@ MODEL_TIER = "model"
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "authorization",
                HEADER_TENANT.lower(), HEADER_INTERNAL_TOKEN.lower()}
 MAX_ATTEMPTS = 6
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SLOWEST_KEPT = 10
+SLOWEST_WINDOW_S = 300.0
 
 
 class NoReadyReplica(Exception):
@@ -108,6 +111,9 @@ class Gateway:
         self.requests = Counter("drillbook_gateway_requests", "Client requests by tenant and status",
                                 ["tenant", "code"], registry=self.registry)
         self.retried = Counter("drillbook_gateway_retries", "Upstream attempts retried", ["tier"], registry=self.registry)
+        self.latency = Histogram("drillbook_gateway_request_seconds", "Client request latency to response headers",
+                                 ["tenant"], registry=self.registry, buckets=LATENCY_BUCKETS)
+        self.slowest: list[tuple[float, float, str, str]] = []  # (seconds, at, tenant, path), the SLOWEST_KEPT slowest
         self.activated = Counter("drillbook_gateway_activations", "Scale-from-zero activations", ["tier"],
                                  registry=self.registry)
 
@@ -140,6 +146,7 @@ class Gateway:
                     response.raise_for_status()
                     snapshot = await response.json()
                 version = snapshot["version"]
+                self.apply_limits(snapshot.get("limits", {}))
                 for name, tier in self.tiers.items():
                     info = snapshot["services"].get(name, {"desired": 0, "ready": []})
                     tier.update(info["desired"], [endpoint["url"] for endpoint in info["ready"]])
@@ -149,6 +156,15 @@ class Gateway:
             except Exception as error:  # the supervisor restarting or shutting down
                 log.warning("endpoint watch failed: %s", error)
                 await asyncio.sleep(0.2)
+
+    def apply_limits(self, limits: dict[str, dict[str, float]]) -> None:
+        """Per-tenant limits from the supervisor (shared evenly between gateway replicas)."""
+        share = max(1, self.ctx.runtime.config.gateways)
+        for tenant, limit in limits.items():
+            bucket = self.buckets.get(tenant)
+            if bucket is not None and (bucket.rate, bucket.burst) != (limit["rps"] / share, limit["burst"]):
+                bucket.rate, bucket.burst = limit["rps"] / share, float(limit["burst"])
+                bucket.tokens = min(bucket.tokens, bucket.burst)
 
     # -- probes and metrics ------------------------------------------------------------------
     async def ready(self, request: web.Request) -> web.Response:
@@ -267,9 +283,28 @@ class Gateway:
             self.requests.labels(tenant, "429").inc()
             return web.json_response({"error": f"rate limit exceeded for tenant {tenant}"}, status=429,
                                      headers={"Retry-After": f"{max(1, round(wait))}"})
+        started = time.monotonic()
         response = await self.forward(request, self.tiers[AGENT_TIER], {HEADER_TENANT: tenant, **self.internal_headers})
+        took = time.monotonic() - started
         self.requests.labels(tenant, str(response.status)).inc()
+        self.latency.labels(tenant).observe(took)
+        self.keep_if_slow(took, tenant, request.path)
         return response
+
+    def keep_if_slow(self, took: float, tenant: str, path: str) -> None:
+        """Keep the slowest recent requests (within SLOWEST_WINDOW_S) for triage."""
+        now = time.time()
+        kept = [entry for entry in self.slowest if now - entry[1] <= SLOWEST_WINDOW_S]
+        if len(kept) < SLOWEST_KEPT or took > kept[-1][0]:
+            kept.append((took, now, tenant, path))
+            kept.sort(key=lambda entry: entry[0], reverse=True)
+        self.slowest = kept[:SLOWEST_KEPT]
+
+    async def slowest_route(self, request: web.Request) -> web.Response:
+        if request.headers.get(HEADER_INTERNAL_TOKEN) != self.ctx.runtime.internal_token:
+            return web.json_response({"error": "internal route"}, status=403)
+        return web.json_response({"slowest": [{"seconds": took, "at": at, "tenant": tenant, "path": path}
+                                              for took, at, tenant, path in self.slowest]})
 
     async def inference_route(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get(HEADER_INTERNAL_TOKEN) != self.ctx.runtime.internal_token:
@@ -288,6 +323,7 @@ async def create_app(ctx: ServiceContext) -> web.Application:
     app.router.add_route("*", "/v1/sessions", gateway.tenant_route)
     app.router.add_route("*", "/v1/sessions/{tail:.*}", gateway.tenant_route)
     app.router.add_post("/internal/v1/generate", gateway.inference_route)
+    app.router.add_get("/internal/v1/slowest", gateway.slowest_route)
     return app
 
 

@@ -246,6 +246,12 @@ class SqlStore(StateStore):
                                                   session_id))
         return Session(*rows[0]) if rows else None
 
+    def sessions(self) -> list[Session]:
+        """Every session, oldest first (for store-wide checks such as after a restore)."""
+        rows = self._run(lambda conn: self._query(conn, "SELECT id, tenant, created_at FROM {t}sessions "
+                                                        "ORDER BY created_at, id"))
+        return [Session(*row) for row in rows]
+
     def turns(self, session_id: str) -> list[Turn]:
         rows = self._run(lambda conn: self._query(
             conn, f"SELECT {TURN_COLUMNS} FROM {{t}}turns WHERE session_id = ? ORDER BY seq", session_id))

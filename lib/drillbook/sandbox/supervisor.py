@@ -136,6 +136,9 @@ class Supervisor:
         self.control_url = ""
         self.http: aiohttp.ClientSession | None = None
         self.store_lock = asyncio.Lock()
+        # Per-tenant rate limits the gateways apply; changed at run time by the shed runbook.
+        self.tenant_limits = {tenant: {"rps": config.rate_limit_rps, "burst": config.rate_limit_burst}
+                              for tenant in runtime.tenant_keys}
 
     # -- endpoints ---------------------------------------------------------------------------
     def _bump_endpoints(self) -> None:
@@ -143,9 +146,34 @@ class Supervisor:
         self.endpoints_changed.set()
         self.endpoints_changed = asyncio.Event()
 
+    def set_tenant_limit(self, tenant: str, rps: float, burst: int) -> dict[str, Any]:
+        if tenant not in self.tenant_limits:
+            raise ControlError(404, f"no tenant {tenant!r}")
+        if not (rps > 0 and burst >= 1):
+            raise ControlError(400, "rps must be above 0 and burst at least 1")
+        previous = self.tenant_limits[tenant]
+        self.tenant_limits[tenant] = {"rps": float(rps), "burst": int(burst)}
+        self.events.emit("tenant_limit_changed", tenant=tenant, previous=previous, limit=self.tenant_limits[tenant])
+        self._bump_endpoints()  # gateways pick limits up with their endpoint watch
+        return {"tenant": tenant, "previous": previous, "limit": self.tenant_limits[tenant]}
+
+    def audit_sessions(self) -> dict[str, Any]:
+        """Every stored session with its turn count, last turn time and whether its chain verifies."""
+        from drillbook.sandbox.chain import verify_chain
+
+        sessions = []
+        for session in self.store.sessions():
+            turns = self.store.turns(session.id)
+            check = verify_chain(session.id, turns)
+            sessions.append({"session_id": session.id, "tenant": session.tenant, "turns": len(turns),
+                             "last_turn_at": turns[-1].created_at if turns else None, "chain_ok": check.ok,
+                             "broken_at": check.broken_at})
+        return {"sessions": sessions}
+
     def endpoints_snapshot(self) -> dict[str, Any]:
         return {
             "version": self.endpoints_version,
+            "limits": self.tenant_limits,
             "services": {
                 name: {"desired": svc.desired,
                        "ready": [{"replica": r.id, "url": r.url} for r in svc.replicas.values()
@@ -526,6 +554,24 @@ def control_app(supervisor: Supervisor) -> web.Application:
     async def recreate(request: web.Request) -> web.Response:
         return web.json_response(await supervisor.recreate_store())
 
+    async def store_sessions(request: web.Request) -> web.Response:
+        async with supervisor.store_lock:
+            try:
+                return web.json_response(await asyncio.to_thread(supervisor.audit_sessions))
+            except StoreUnavailable as error:
+                raise ControlError(503, f"the store cannot be read: {error}") from None
+
+    async def tenants(request: web.Request) -> web.Response:
+        return web.json_response({"limits": supervisor.tenant_limits})
+
+    async def tenant_limit(request: web.Request) -> web.Response:
+        body = await body_of(request)
+        rps, burst = body.get("rps"), body.get("burst")
+        if isinstance(rps, bool) or not isinstance(rps, (int, float)):
+            raise ControlError(400, "rps must be a number")
+        return web.json_response(supervisor.set_tenant_limit(request.match_info["tenant"], float(rps),
+                                                             integer(body, "burst")))
+
     async def shutdown(request: web.Request) -> web.Response:
         asyncio.get_running_loop().call_soon(supervisor.shutdown.set)
         return web.json_response({"stopping": True}, status=202)
@@ -542,6 +588,9 @@ def control_app(supervisor: Supervisor) -> web.Application:
     app.router.add_post("/v1/store/restore", restore)
     app.router.add_post("/v1/store/destroy", destroy)
     app.router.add_post("/v1/store/recreate", recreate)
+    app.router.add_get("/v1/store/sessions", store_sessions)
+    app.router.add_get("/v1/tenants", tenants)
+    app.router.add_post("/v1/tenants/{tenant}/limit", tenant_limit)
     app.router.add_post("/v1/shutdown", shutdown)
     return app
 

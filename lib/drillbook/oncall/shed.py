@@ -1,0 +1,110 @@
+"""Shed a noisy tenant: lower its limit so the others get inference back, measure before and
+after, and keep the undo.
+
+On the sandbox the limit is the gateway's per-tenant rate limit (requests per second and
+burst). The change is written to the target's mitigation ledger before it is applied; it stays
+in place after the run (it is an incident mitigation, not a drill fault, so `drillbook
+rollback` leaves it alone) until the runbook runs again with ``undo=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from drillbook.chaos.ledger import FaultLedger
+from drillbook.errors import ConfigError
+from drillbook.oncall import require_confirmation
+from drillbook.oncall.triage import collect
+from drillbook.targets import Target
+
+
+def mitigation_ledger(state_dir: Path) -> FaultLedger:
+    return FaultLedger(Path(state_dir) / "mitigations.jsonl")
+
+
+class Shedding:
+    def __init__(self, target: Target, state_dir: Path) -> None:
+        handle = getattr(target, "handle", None)
+        if handle is None:
+            raise ConfigError(f"shedding a tenant on a {target.kind} target is not available in this version "
+                              "(the sandbox's gateway limits only)")
+        self.target, self.handle = target, handle
+        self.ledger = mitigation_ledger(state_dir)
+
+    def limits(self) -> dict[str, dict[str, float]]:
+        with self.handle.control() as control:
+            return control.tenant_limits()
+
+    def measure(self, window_s: float) -> dict[str, dict[str, Any]]:
+        """Per tenant over window_s: requests, throttled, p95 latency, slot share and queue wait (read-only)."""
+        return collect(self.target, window_s).tenants
+
+    def open_mitigations(self, tenant: str) -> list[Any]:
+        return [m for m in self.ledger.open_faults() if m.kind == "tenant-limit" and m.detail.get("tenant") == tenant]
+
+    def shed(self, tenant: str, rps: float, burst: int, dry_run: bool, confirm: str, operator: str,
+             incident: str) -> dict[str, Any]:
+        current = self.limits()
+        if tenant not in current:
+            raise ConfigError(f"no tenant {tenant!r} on target {self.target.name}; tenants: {', '.join(current)}")
+        plan = (f"lower tenant {tenant}'s limit from {current[tenant]['rps']:g} req/s (burst "
+                f"{current[tenant]['burst']:g}) to {rps:g} req/s (burst {burst}) on target {self.target.name}")
+        if dry_run:
+            return {"dry_run": True, "changed": False, "plan": plan, "previous": current[tenant]}
+        require_confirmation(self.target.name, dry_run, confirm)
+        mitigation = self.ledger.record(incident or "no-incident", self.target.name, "tenant-limit",
+                                        {"op": "limit", "tenant": tenant, **current[tenant]}, tenant=tenant,
+                                        rps=rps, burst=burst, operator=operator, incident=incident)
+        with self.handle.control() as control:
+            control.set_tenant_limit(tenant, rps, burst)
+        return {"dry_run": False, "changed": True, "plan": plan, "previous": current[tenant], "mitigation": mitigation.id,
+                "at": time.time(), "undo": f"drillbook run shed-noisy-tenant -p tenant={tenant} -p undo=True "
+                                           f"-p dry_run=False -p confirm={self.target.name}"}
+
+    def undo(self, tenant: str, dry_run: bool, confirm: str) -> dict[str, Any]:
+        """Put back the limit the newest open mitigation for this tenant replaced."""
+        open_ones = self.open_mitigations(tenant)
+        if not open_ones:
+            return {"dry_run": dry_run, "changed": False, "plan": f"nothing to undo for tenant {tenant}"}
+        newest, oldest = open_ones[0], open_ones[-1]  # undo everything back to the original limit
+        original = {"rps": oldest.undo["rps"], "burst": int(oldest.undo["burst"])}
+        plan = f"restore tenant {tenant}'s limit to {original['rps']:g} req/s (burst {original['burst']})"
+        if dry_run:
+            return {"dry_run": True, "changed": False, "plan": plan}
+        require_confirmation(self.target.name, dry_run, confirm)
+        with self.handle.control() as control:
+            control.set_tenant_limit(tenant, float(original["rps"]), int(original["burst"]))
+        for mitigation in open_ones:
+            self.ledger.resolve(mitigation, f"undone: {plan}")
+        return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": newest.id}
+
+
+def _others_wait(figures: dict[str, dict[str, Any]], tenant: str) -> float | None:
+    waits = [v["queue_wait_ms"] for t, v in figures.items() if t != tenant and v.get("queue_wait_ms") is not None]
+    return sum(waits) / len(waits) if waits else None
+
+
+def judge(run: Any, shedding: Shedding, tenant: str, before: dict[str, Any], after: dict[str, Any],
+          outcome: dict[str, Any], limits_before: dict[str, Any]) -> None:
+    """Record the change and the others' queue wait and latency before and after, and check that
+    the target now has the limit the run meant it to have."""
+    limits_after = shedding.limits()
+    run.record("plan", outcome["plan"])
+    run.record("dry_run", outcome["dry_run"])
+    run.record("limits_before", limits_before)
+    run.record("limits_after", limits_after)
+    run.record("others_queue_wait_ms_before", _others_wait(before, tenant), "ms")
+    run.record("others_queue_wait_ms_after", _others_wait(after, tenant), "ms")
+    run.record("tenants_before", before)
+    run.record("tenants_after", after)
+    if outcome.get("undo"):
+        run.record("undo_command", outcome["undo"])
+    if not outcome["changed"]:
+        run.check("limits unchanged", int(limits_after == limits_before), ">=", 1)
+    elif "restored" in outcome:
+        run.check("original limit restored", int(limits_after[tenant] == {"rps": float(outcome["restored"]["rps"]),
+                                                                          "burst": outcome["restored"]["burst"]}), ">=", 1)
+    else:
+        run.check("new limit in place", int(limits_after[tenant] != limits_before[tenant]), ">=", 1)
