@@ -566,7 +566,7 @@ def control_app(supervisor: Supervisor) -> web.Application:
 
     async def tenant_limit(request: web.Request) -> web.Response:
         body = await body_of(request)
-        rps, burst = body.get("rps"), body.get("burst")
+        rps = body.get("rps")
         if isinstance(rps, bool) or not isinstance(rps, (int, float)):
             raise ControlError(400, "rps must be a number")
         return web.json_response(supervisor.set_tenant_limit(request.match_info["tenant"], float(rps),
