@@ -19,12 +19,13 @@ import httpx
 
 from drillbook.profile import LoadedProfile
 
-# What each runbook does to a Kubernetes target: (verb, group, resource, subresource).
+# What each runbook does to a Kubernetes target: (verb, group, resource, subresource), as
+# chaostoolkit-kubernetes calls it (scale_deployment patches the Deployment itself).
 KUBERNETES_NEEDS: dict[str, list[tuple[str, str, str, str]]] = {
     "ha-replica-loss": [("list", "", "pods", ""), ("delete", "", "pods", ""), ("get", "apps", "deployments", "")],
-    "cold-start": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", "scale"),
+    "cold-start": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", ""),
                    ("list", "", "pods", "")],
-    "noisy-neighbour": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", "scale"),
+    "noisy-neighbour": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", ""),
                         ("get", "", "resourcequotas", "")],
     "restore-drill": [("get", "apps", "deployments", "")],
     "network-faults": [("create", "networking.k8s.io", "networkpolicies", ""),
