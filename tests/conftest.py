@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from drillbook.config import SandboxConfig, running_in_ci
+# Tests never reach a real cluster: the kubeconfig every library sees (chaostoolkit-kubernetes
+# reads the path once, when the kubernetes package is first imported) is this session's own,
+# written by the k8s_cluster fixture.
+SESSION_KUBECONFIG = Path(tempfile.gettempdir()) / f"drillbook-k8s-{os.getpid()}" / "kubeconfig"
+os.environ["KUBECONFIG"] = str(SESSION_KUBECONFIG)
+
+from drillbook.config import SandboxConfig, running_in_ci  # noqa: E402
 from drillbook.sandbox import launcher
 from drillbook.sandbox.launcher import SandboxHandle
 
@@ -120,3 +126,37 @@ def sandbox_factory(tmp_path: Path) -> Iterator[SandboxFactory]:
 def sandbox(sandbox_factory: SandboxFactory) -> SandboxHandle:
     """A healthy default sandbox with fast token streaming."""
     return sandbox_factory(tokens_per_second=0)
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[object]:
+    """A real control plane (v1.20, built by tests/k8s/cluster/build.sh) with a process kubelet.
+
+    Sets KUBECONFIG for the session (context drillbook-test). Skips with the build command
+    when the binaries are not cached; in CI a skip is a failure.
+    """
+    import sys
+
+    from kubernetes import config as kube_config
+
+    from tests.k8s.cluster import controlplane
+    from tests.k8s.kubelet import ProcessKubelet
+
+    if not controlplane.binaries_present():
+        pytest.skip(f"no Kubernetes control plane in {controlplane.cache_bin()}: run tests/k8s/cluster/build.sh")
+    folder = SESSION_KUBECONFIG.parent
+    plane = controlplane.start(folder)
+    assert plane.kubeconfig == SESSION_KUBECONFIG
+    api = kube_config.new_client_from_config(str(plane.kubeconfig), context=controlplane.CONTEXT)
+    runners = {"drillbook/test-http": lambda pod, port: [sys.executable, "-m", "http.server", str(port),
+                                                         "--bind", "127.0.0.1"]}
+    kubelet = ProcessKubelet(api, runners=runners).start()
+    plane.api = api  # type: ignore[attr-defined]
+    plane.kubelet = kubelet  # type: ignore[attr-defined]
+    try:
+        yield plane
+    finally:
+        kubelet.stop()
+        api.close()
+        controlplane.stop(folder)
+        shutil.rmtree(folder, ignore_errors=True)

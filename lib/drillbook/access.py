@@ -129,12 +129,13 @@ def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
 
 
 def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
-    from chaosk8s import create_k8s_api_client
     from kubernetes import client
+
+    from drillbook.targets.kubernetes import api_client
 
     spec = profile.spec.kubernetes
     assert spec is not None
-    api = client.AuthorizationV1Api(create_k8s_api_client({"KUBERNETES_CONTEXT": spec.context}))
+    api = client.AuthorizationV1Api(api_client(spec.context))
     allowed: dict[tuple[str, str, str, str, str], bool] = {}
 
     def may(verb: str, group: str, resource: str, subresource: str, namespace: str) -> bool:

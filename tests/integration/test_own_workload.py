@@ -142,7 +142,7 @@ def values(bundle: Path) -> dict:
     return recorded(bundle / "runbook.ipynb")
 
 
-HA = {"users": "6", "duration_s": "9.0", "kill_after_s": "3.0", "think_time_s": "0.1"}
+HA = {"users": "6", "duration_s": "14.0", "kill_after_s": "3.0", "think_time_s": "0.1"}
 
 
 def test_ha_runbook_passes_on_a_workload_known_only_by_its_profile(tinyagent, tmp_path):

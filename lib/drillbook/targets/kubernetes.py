@@ -8,6 +8,7 @@ Roles map to Deployments (``workload.<role>.deployment``, default the role name 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from drillbook.errors import ConfigError
@@ -25,6 +26,19 @@ def check_allowed(context: str, namespace: str, allowed_contexts: list[str], all
     if namespace not in allowed_namespaces:
         raise ConfigError(f"namespace {namespace!r} is not on the allow-list "
                           f"({', '.join(allowed_namespaces) or 'empty'}); refusing to act")
+
+
+def api_client(context: str) -> Any:
+    """A kubernetes ApiClient for one context of $KUBECONFIG (read now) or ~/.kube/config.
+
+    chaostoolkit-kubernetes' own loader reads the kubeconfig path the kubernetes package saw
+    when it was first imported; drillbook's own calls read it at call time and never touch the
+    client's global default configuration.
+    """
+    from kubernetes import config
+
+    path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
+    return config.new_client_from_config(config_file=path, context=context)
 
 
 class KubernetesTarget:
@@ -54,9 +68,7 @@ class KubernetesTarget:
         return (spec.selector if spec and spec.selector else None) or f"app={self.deployment(role)}"
 
     def _client(self) -> Any:
-        from chaosk8s import create_k8s_api_client
-
-        return create_k8s_api_client(self.chaos_secrets)
+        return api_client(self.context)
 
     def _apps(self) -> Any:
         from kubernetes import client

@@ -39,7 +39,8 @@ else
   exit 2
 fi
 APT=(apt-get -q -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$WORK/apt/sources.list.d"
-     -o "Dir::State=$WORK/apt/state" -o "Dir::Cache=$WORK/apt/cache" -o "Debug::NoLocking=1")
+     -o "Dir::State=$WORK/apt/state" -o "Dir::Cache=$WORK/apt/cache" -o "Debug::NoLocking=1"
+     -o "APT::Sandbox::User=root")
 
 echo "[1/4] package lists (private apt state)"
 "${APT[@]}" update >/dev/null

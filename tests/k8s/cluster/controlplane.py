@@ -29,6 +29,7 @@ import yaml
 VERSION = "1.20.2"
 CONTEXT = "drillbook-test"
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
+_STARTED: dict[str, list[subprocess.Popen]] = {}  # processes this interpreter started, per folder
 
 
 def cache_bin() -> Path:
@@ -180,12 +181,15 @@ def start(folder: Path, timeout_s: float = 90.0) -> ControlPlane:
             "--bind-address=127.0.0.1", "--port=0", f"--secure-port={free_port()}"],
     }
     processes: dict[str, subprocess.Popen] = {}
+    _STARTED[str(folder)] = []
     plane = ControlPlane(folder, server, kubeconfig, token)
     try:
         for name, argv in commands.items():
             log = open(folder / f"{name}.log", "wb")
             processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                start_new_session=True)
+            _STARTED[str(folder)].append(processes[name])
+            log.close()  # the child holds its own copy
             plane.pids[name] = processes[name].pid
             plane.save()
             if name == "kube-apiserver":
@@ -224,6 +228,12 @@ def stop(folder: Path) -> None:
                 os.kill(pids[name], signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    for process in _STARTED.pop(str(folder), []):
+        try:
+            process.wait(5)  # reaps what this interpreter started
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
     path.unlink()
 
 

@@ -1,0 +1,167 @@
+"""The kubernetes target against a real kube-apiserver (the test control plane and its process
+kubelet): each chaostoolkit-kubernetes action drillbook uses, observed through the API; the
+allow-list; and `target check` asking the API what a service account may do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from drillbook.access import check_target
+from drillbook.errors import ConfigError
+from drillbook.profile import load_profile
+from drillbook.targets import target_for
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def deployment(name: str, replicas: int, image: str = "drillbook/test-http:1") -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "terminationGracePeriodSeconds": 5,
+                         "containers": [{"name": name, "image": image, "ports": [{"containerPort": 8080}],
+                                         "readinessProbe": {"httpGet": {"path": "/", "port": 8080},
+                                                            "periodSeconds": 1}}]}}}}
+
+
+@pytest.fixture
+def namespace(k8s_cluster):
+    """A fresh namespace with an agent Deployment of two process-backed replicas, ready."""
+    core, apps = client.CoreV1Api(k8s_cluster.api), client.AppsV1Api(k8s_cluster.api)
+    name = f"agents-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: _default_service_account(core, name), timeout=30)
+    apps.create_namespaced_deployment(name, deployment("agent", 2))
+    wait_for(lambda: apps.read_namespaced_deployment("agent", name).status.ready_replicas == 2, timeout=60)
+    yield name
+    core.delete_namespace(name)
+
+
+def _default_service_account(core, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+        return True
+    except client.ApiException:
+        return False
+
+
+def profile_for(folder: Path, namespace: str, context: str = "drillbook-test") -> Path:
+    path = folder / f"cluster-{namespace}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "test-cluster", "kind": "kubernetes",
+        "kubernetes": {"context": context, "namespace": namespace, "allowed_contexts": [context],
+                       "allowed_namespaces": [namespace]},
+        "workload": {"gateway_url": "http://127.0.0.1:9", "agent": {"deployment": "agent", "selector": "app=agent"}},
+        "tenants": {"t": {"key_env": "DRILLBOOK_TEST_KEY"}}}))
+    return path
+
+
+def pods(k8s_cluster, namespace: str) -> dict[str, object]:
+    return {p.metadata.name: p for p in client.CoreV1Api(k8s_cluster.api).list_namespaced_pod(
+        namespace, label_selector="app=agent").items if p.metadata.deletion_timestamp is None}
+
+
+def test_the_control_plane_runs_pods_as_processes_and_restarts_them(k8s_cluster, namespace):
+    nodes = client.CoreV1Api(k8s_cluster.api).list_node().items
+    assert [n.metadata.name for n in nodes] == ["drillbook-node-1"]
+    assert next(c.status for c in nodes[0].status.conditions if c.type == "Ready") == "True"
+    running = pods(k8s_cluster, namespace)
+    assert len(running) == 2 and all(p.status.phase == "Running" for p in running.values())
+    victim = next(iter(running.values()))
+    tracked = k8s_cluster.kubelet.pods[victim.metadata.uid]
+    os.kill(tracked.process.pid, signal.SIGKILL)  # the container dies; restart policy Always
+
+    def restarted() -> bool:
+        pod = client.CoreV1Api(k8s_cluster.api).read_namespaced_pod(victim.metadata.name, namespace)
+        status = pod.status.container_statuses[0]
+        return status.restart_count == 1 and status.ready
+
+    wait_for(restarted, timeout=30)
+    assert k8s_cluster.kubelet.errors == []
+
+
+def test_kill_replicas_deletes_pods_and_the_replicaset_replaces_them(k8s_cluster, namespace, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    target = target_for(load_profile(str(profile_for(tmp_path, namespace))))
+    before = pods(k8s_cluster, namespace)
+    killed = target.kill("agent", 1, "SIGKILL")
+    assert len(killed) == 1 and killed[0] in before
+    wait_for(lambda: target.settled("agent"), timeout=60)
+    after = pods(k8s_cluster, namespace)
+    assert len(after) == 2 and killed[0] not in after  # replaced by a new pod, through the API
+    assert target.ready("agent") == target.desired("agent") == 2
+
+
+def test_scale_to_zero_and_back_through_the_api(k8s_cluster, namespace, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    target = target_for(load_profile(str(profile_for(tmp_path, namespace))))
+    target.scale("agent", 0)
+    wait_for(lambda: not pods(k8s_cluster, namespace) and target.settled("agent"), timeout=60)
+    assert target.desired("agent") == 0
+    target.scale("agent", 2)
+    wait_for(lambda: target.settled("agent") and target.ready("agent") == 2, timeout=60)
+    started = [float(p.metadata.annotations["drillbook.dev/started-at"]) for p in pods(k8s_cluster, namespace).values()]
+    assert all(time.time() - t < 60 for t in started)
+
+
+def test_a_context_off_the_allow_list_is_refused_before_any_call(k8s_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    path = profile_for(tmp_path, "agents")
+    spec = yaml.safe_load(path.read_text())
+    spec["kubernetes"]["context"] = "production"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="context 'production' is not in allowed_contexts"):
+        load_profile(str(path))
+
+
+def test_target_check_says_cannot_run_where_a_permission_is_missing(k8s_cluster, namespace, tmp_path, monkeypatch):
+    """A service account that may do everything the runbooks need except delete pods."""
+    core = client.CoreV1Api(k8s_cluster.api)
+    rbac = client.RbacAuthorizationV1Api(k8s_cluster.api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "limited"}})
+    rules = [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
+             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "patch"]},
+             {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["get"]},
+             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create", "delete"]}]
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "limited"}, "rules": rules})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "limited"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                     "name": "limited"},
+        "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": namespace}]})
+
+    def token() -> str | None:
+        account = core.read_namespaced_service_account("limited", namespace)
+        if not account.secrets:
+            return None
+        import base64
+
+        secret = core.read_namespaced_secret(account.secrets[0].name, namespace)
+        return base64.b64decode(secret.data["token"]).decode()
+
+    limited = k8s_cluster.kubeconfig_for("limited", wait_for(token, timeout=30))
+    monkeypatch.setenv("KUBECONFIG", str(limited))
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    with __import__("socket").socket() as gateway:  # something that accepts connections as the gateway
+        gateway.bind(("127.0.0.1", 0))
+        gateway.listen()
+        path = profile_for(tmp_path, namespace)
+        spec = yaml.safe_load(path.read_text())
+        spec["workload"]["gateway_url"] = f"http://127.0.0.1:{gateway.getsockname()[1]}"
+        spec["delivery"] = {"verifier": "readback"}
+        path.write_text(yaml.safe_dump(spec))
+        report = check_target(load_profile(str(path)))
+        monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # the admin may do it all
+        admin = check_target(load_profile(str(path)))
+    ha = report.runbook("ha-replica-loss")
+    assert not ha.ok and ha.detail == f"not allowed: delete pods in {namespace}"
+    assert report.runbook("cold-start").ok and report.runbook("triage").ok
+    assert admin.runbook("ha-replica-loss").ok
