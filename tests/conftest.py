@@ -128,6 +128,17 @@ def sandbox(sandbox_factory: SandboxFactory) -> SandboxHandle:
     return sandbox_factory(tokens_per_second=0)
 
 
+def reference_platform_runner(pod: dict, address: str, port: int) -> list[str]:
+    """A reference-platform pod as the sandbox service its first argument names, configured by
+    the runtime file its DRILLBOOK_RUNTIME variable points at."""
+    import sys
+
+    container = pod["spec"]["containers"][0]
+    env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+    return [sys.executable, "-m", f"drillbook.sandbox.{container['args'][0]}", "--runtime", env["DRILLBOOK_RUNTIME"],
+            "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
+
+
 @pytest.fixture(scope="session")
 def k8s_cluster() -> Iterator[object]:
     """A real control plane (v1.20, built by tests/k8s/cluster/build.sh) with a process kubelet.
@@ -148,8 +159,9 @@ def k8s_cluster() -> Iterator[object]:
     plane = controlplane.start(folder)
     assert plane.kubeconfig == SESSION_KUBECONFIG
     api = kube_config.new_client_from_config(str(plane.kubeconfig), context=controlplane.CONTEXT)
-    runners = {"drillbook/test-http": lambda pod, port: [sys.executable, "-m", "http.server", str(port),
-                                                         "--bind", "127.0.0.1"]}
+    runners = {"drillbook/test-http": lambda pod, address, port: [sys.executable, "-m", "http.server", str(port),
+                                                                  "--bind", address],
+               "drillbook/reference-platform": reference_platform_runner}
     kubelet = ProcessKubelet(api, runners=runners).start()
     plane.api = api  # type: ignore[attr-defined]
     plane.kubelet = kubelet  # type: ignore[attr-defined]

@@ -5,7 +5,10 @@ binds to it: pods whose image has a runner become local processes on their own l
 Ready only while a real HTTP readiness check answers, restarted per the pod's restart policy
 (restartCount counts), stopped with the pod's grace period when the pod is deleted. Pods with
 other images become Running and Ready without a process, so other workloads still schedule.
-Each pod also carries the kubelet's precise timestamps as annotations
+Each pod gets its own loopback address (127.0.0.2, 127.0.0.3, ...) as its pod IP and listens
+on its first containerPort there, so Endpoints built by the controller-manager are real
+addresses; a containerPort with a hostPort binds 127.0.0.1:hostPort instead (the node's
+address). Each pod also carries the kubelet's precise timestamps as annotations
 (``drillbook.dev/started-at``, ``drillbook.dev/ready-at``): the API's own condition times have
 one-second resolution.
 """
@@ -26,7 +29,7 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-Runner = Callable[[dict[str, Any], int], list[str]]  # (pod as a dict, port) -> argv
+Runner = Callable[[dict[str, Any], str, int], list[str]]  # (pod as a dict, address, port) -> argv
 
 
 def _now() -> str:
@@ -47,6 +50,7 @@ class PodProcess:
     process: subprocess.Popen | None
     argv: list[str] | None
     port: int | None
+    address: str = "127.0.0.1"
     ready_path: str = "/"
     restarts: int = 0
     ready: bool = False
@@ -63,6 +67,7 @@ class ProcessKubelet:
         self.runners = runners or {}
         self.interval_s = interval_s
         self.pods: dict[str, PodProcess] = {}
+        self._addresses = (f"127.0.0.{n}" for n in range(2, 255))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="process-kubelet", daemon=True)
         self.errors: list[str] = []
@@ -132,8 +137,13 @@ class ProcessKubelet:
         if runner is None:
             tracked.ready, tracked.ready_at = True, time.time()
             return tracked
-        tracked.port = _free_port()
-        tracked.argv = runner(client.ApiClient().sanitize_for_serialization(pod), tracked.port)
+        declared = (container.ports or [None])[0]
+        if declared is not None and declared.host_port:
+            tracked.address, tracked.port = "127.0.0.1", declared.host_port
+        else:
+            tracked.address = next(self._addresses)
+            tracked.port = declared.container_port if declared is not None else _free_port()
+        tracked.argv = runner(client.ApiClient().sanitize_for_serialization(pod), tracked.address, tracked.port)
         probe = container.readiness_probe
         if probe is not None and probe.http_get is not None:
             tracked.ready_path = probe.http_get.path or "/"
@@ -154,7 +164,8 @@ class ProcessKubelet:
                 tracked.started_at, tracked.ready_at = time.time(), None
             return
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{tracked.port}{tracked.ready_path}", timeout=1) as answer:
+            with urllib.request.urlopen(f"http://{tracked.address}:{tracked.port}{tracked.ready_path}",
+                                        timeout=1) as answer:
                 ready = 200 <= answer.status < 400
         except OSError:
             ready = False
@@ -171,7 +182,8 @@ class ProcessKubelet:
         running = tracked.process is None or tracked.process.poll() is None
         started = datetime.datetime.fromtimestamp(tracked.started_at, datetime.timezone.utc)
         status = {
-            "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+            "phase": "Running", "podIP": tracked.address, "hostIP": "127.0.0.1",
+            "podIPs": [{"ip": tracked.address}],
             "startTime": pod.status.start_time.isoformat().replace("+00:00", "Z") if pod.status.start_time else _now(),
             "conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": _now()},
                            {"type": "PodScheduled", "status": "True"},

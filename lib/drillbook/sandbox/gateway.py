@@ -18,6 +18,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -89,6 +90,13 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    """Running, not terminating, with an IP and the Ready condition True."""
+    status = pod.get("status") or {}
+    return (not pod["metadata"].get("deletionTimestamp") and bool(status.get("podIP"))
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []))
+
+
 class Gateway:
     def __init__(self, ctx: ServiceContext) -> None:
         runtime = ctx.runtime
@@ -124,7 +132,8 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=2),
             auto_decompress=False,
         )
-        app["watch"] = asyncio.create_task(self.watch_endpoints())
+        discovery = self.ctx.runtime.kubernetes
+        app["watch"] = asyncio.create_task(self.watch_kubernetes() if discovery else self.watch_endpoints())
 
     async def stop(self, app: web.Application) -> None:
         app["watch"].cancel()
@@ -157,6 +166,50 @@ class Gateway:
                 log.warning("endpoint watch failed: %s", error)
                 await asyncio.sleep(0.2)
 
+    def _kube(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A request to the Kubernetes API with the runtime's token and CA."""
+        import ssl
+
+        assert self.http is not None and self.ctx.runtime.kubernetes is not None
+        discovery = self.ctx.runtime.kubernetes
+        if not hasattr(self, "_kube_ssl"):
+            self._kube_ssl = ssl.create_default_context(cafile=discovery.ca_file)
+        headers = {"Authorization": f"Bearer {discovery.token}", **kwargs.pop("headers", {})}
+        return self.http.request(method, discovery.server + path, headers=headers, ssl=self._kube_ssl,
+                                 timeout=aiohttp.ClientTimeout(total=10), **kwargs)
+
+    async def watch_kubernetes(self, interval_s: float = 0.1) -> None:
+        """Poll each tier's Deployment: desired replicas, and the ready addresses of the pods its
+        selector matches (pod IP and container port, what Endpoints would hold; the API refuses
+        Endpoints with loopback addresses, and the test cluster's pods have those)."""
+        from urllib.parse import quote
+
+        discovery = self.ctx.runtime.kubernetes
+        assert discovery is not None
+        base = f"/namespaces/{discovery.namespace}"
+        while True:
+            try:
+                for tier_name, name in discovery.deployments.items():
+                    async with self._kube("GET", f"/apis/apps/v1{base}/deployments/{name}") as response:
+                        response.raise_for_status()
+                        spec = (await response.json())["spec"]
+                    selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+                    async with self._kube("GET", f"/api/v1{base}/pods?labelSelector={quote(selector)}") as response:
+                        response.raise_for_status()
+                        pods = (await response.json())["items"]
+                    urls = [f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+                            for pod in pods if _pod_ready(pod)]
+                    tier = self.tiers[tier_name]
+                    desired = int(spec.get("replicas") or 0)
+                    if (desired, sorted(urls)) != (tier.desired, sorted(tier.endpoints)):
+                        tier.update(desired, urls)
+                self.synced.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the API server restarting
+                log.warning("kubernetes discovery failed: %s", error)
+            await asyncio.sleep(interval_s)
+
     def apply_limits(self, limits: dict[str, dict[str, float]]) -> None:
         """Per-tenant limits from the supervisor (shared evenly between gateway replicas)."""
         share = max(1, self.ctx.runtime.config.gateways)
@@ -183,6 +236,13 @@ class Gateway:
         assert self.http is not None
         log.info("activating %s from zero", tier.name)
         self.activated.labels(tier.name).inc()
+        discovery = self.ctx.runtime.kubernetes
+        if discovery is not None:
+            path = f"/apis/apps/v1/namespaces/{discovery.namespace}/deployments/{discovery.deployments[tier.name]}"
+            async with self._kube("PATCH", path, data=b'{"spec": {"replicas": 1}}',
+                                  headers={"Content-Type": "application/merge-patch+json"}) as response:
+                response.raise_for_status()
+            return
         async with self.http.post(f"{self.ctx.control_url}/v1/services/{tier.name}/scale",
                                   json={"replicas": 1, "reason": "activator"},
                                   headers=self.control_headers) as response:

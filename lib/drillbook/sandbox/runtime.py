@@ -17,6 +17,20 @@ from drillbook.config import Defect, SandboxConfig
 from drillbook.sandbox.store import StateStore, open_store
 
 
+class KubernetesDiscovery(BaseModel):
+    """Where the gateway finds its tiers when the platform runs on Kubernetes: desired replicas
+    from each tier's Deployment (which the activator patches to scale from zero) and ready
+    addresses from the pods its selector matches."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server: str
+    token: str
+    ca_file: str
+    namespace: str
+    deployments: dict[str, str] = {"agent": "agent", "model": "model-server"}  # tier -> Deployment and Service
+
+
 class Runtime(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -26,6 +40,7 @@ class Runtime(BaseModel):
     internal_token: str
     tenant_keys: dict[str, str]
     gateway_port: int
+    kubernetes: KubernetesDiscovery | None = None
 
     @classmethod
     def create(cls, config: SandboxConfig, state_dir: Path, gateway_port: int) -> "Runtime":

@@ -50,6 +50,7 @@ def parse_service_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replica", required=True)
     parser.add_argument("--control-url", required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default=LOOPBACK, help="loopback address to bind (a test kubelet gives each pod one)")
     return parser.parse_args(argv)
 
 
@@ -60,7 +61,9 @@ async def _serve(factory: AppFactory, args: argparse.Namespace, reuse_port: bool
     # client that is gone does not pile up behind the next one.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0, handle_signals=False, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, LOOPBACK, args.port, reuse_port=reuse_port, backlog=1024)
+    if not args.host.startswith("127."):
+        raise SystemExit(f"refusing to bind {args.host}: sandbox services bind loopback addresses only")
+    site = web.TCPSite(runner, args.host, args.port, reuse_port=reuse_port, backlog=1024)
     await site.start()
     port = runner.addresses[0][1]
     sys.stdout.write(json.dumps({"port": port}) + "\n")

@@ -55,6 +55,11 @@ class KubernetesTarget:
         self.context, self.namespace = spec.context, spec.namespace
         self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
         self.store = CommandStore(profile)
+        # Import the client libraries now, in the caller's thread: importing them from two threads
+        # at once (a readiness watch beside a chaos action) trips over requests' circular imports.
+        import chaosk8s.deployment.actions  # noqa: F401
+        import chaosk8s.pod.actions  # noqa: F401
+        import kubernetes.client  # noqa: F401
 
     def has(self, role: str) -> bool:
         return self.profile.role(role) is not None
