@@ -45,8 +45,11 @@ def plan_path(name_or_path: str | None) -> Path:
     raise ConfigError(f"unknown game-day plan {name_or_path!r} (a name in gamedays/ or a YAML file)")
 
 
-def load_plan(path: Path) -> GameDayPlan:
-    """Read and validate a plan, including every runbook's parameters, before anything runs."""
+def load_plan(path: Path, target: str | None = None) -> GameDayPlan:
+    """Read and validate a plan, including every runbook's parameters, before anything runs.
+
+    target: a profile to run the plan on instead of the plan's own target.
+    """
     from drillbook.execute import runbook_path, validate_parameters
 
     try:
@@ -55,6 +58,8 @@ def load_plan(path: Path) -> GameDayPlan:
         raise ConfigError(f"{path.name}: {validation_line(error)}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path.name} is not valid YAML: {error}") from None
+    if target is not None:
+        plan = plan.model_copy(update={"target": target})
     try:
         profile = load_profile(plan.target)
     except ConfigError as error:
@@ -102,13 +107,13 @@ class TargetLock:
 
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
-                on_done: Callable[[str, str, Path], None] | None = None) -> GameDayResult:
+                on_done: Callable[[str, str, Path], None] | None = None, target: str | None = None) -> GameDayResult:
     from drillbook.config import SandboxConfig
     from drillbook.evidence import BundleWriter, RunSummary, SloCheck
     from drillbook.execute import execute
     from drillbook.sandbox import launcher
 
-    plan = load_plan(plan_file)
+    plan = load_plan(plan_file, target)
     profile = load_profile(plan.target)
     if profile.kind == "sandbox":
         sandbox_state = profile.state_dir(sandbox_state)

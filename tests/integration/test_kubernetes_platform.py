@@ -9,6 +9,7 @@ cold-start runbooks run through a kubernetes target profile, exactly as on a rea
 from __future__ import annotations
 
 import socket
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,20 @@ class Platform:
     runtime: Runtime
 
 
+STORE_OPS = Path(__file__).resolve().parents[1] / "k8s" / "store_ops.py"
+
+
+def store_commands(dsn: str, backups: Path) -> dict[str, str]:
+    """The profile's workload.store: the platform team's script around pg_dump and pg_restore."""
+    base = f"{sys.executable} {STORE_OPS} --dsn {dsn} --dir {backups}"
+    return {"backup": f"{base} backup", "restore": f"{base} restore {{backup}}", "destroy": f"{base} destroy",
+            "recreate": f"{base} recreate", "healthy": f"{base} healthy"}
+
+
 @pytest.fixture
 def k8s_platform(k8s_cluster, tmp_path, monkeypatch):
-    """Start the reference platform in a fresh namespace; yields a factory taking SandboxConfig overrides."""
+    """Start the reference platform in a fresh namespace; yields a factory taking SandboxConfig overrides
+    (store="postgres" with a dsn puts the state store on PostgreSQL, with the profile's store commands)."""
     core, apps = client.CoreV1Api(k8s_cluster.api), client.AppsV1Api(k8s_cluster.api)
     monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "drillbook-state"))
     created: list[str] = []
@@ -100,7 +112,9 @@ def k8s_platform(k8s_cluster, tmp_path, monkeypatch):
                            "allowed_namespaces": [namespace]},
             "workload": {"gateway_url": runtime.gateway_url,
                          "agent": {"deployment": "agent", "selector": "app=agent"},
-                         "inference": {"deployment": "model-server", "selector": "app=model-server"}},
+                         "inference": {"deployment": "model-server", "selector": "app=model-server"},
+                         **({"store": store_commands(str(runtime.config.dsn), tmp_path / f"{namespace}-backups")}
+                            if runtime.config.store == "postgres" else {})},
             "tenants": keys, "delivery": {"verifier": "reference"}}))
         return Platform(namespace, profile, runtime.gateway_url, runtime)
 
@@ -155,3 +169,27 @@ def test_cold_start_on_kubernetes_scales_from_zero_through_the_api(k8s_cluster, 
     assert found["trials_completed"] == 2 and found["first_turns_lost"] == 0
     assert found["cold_start_p95_s"] >= 0.5  # at least the model's load delay
     assert ready(k8s_cluster, platform, "agent") == 2 and ready(k8s_cluster, platform, "model-server") == 1
+
+
+def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgresql(k8s_cluster, k8s_platform,
+                                                                                   pg_dsn, tmp_path):
+    platform = k8s_platform(store="postgres", dsn=pg_dsn)
+    executed = execute("restore-drill", str(platform.profile), results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.summary
+    found = values(executed.bundle)
+    assert found["backup_created"] is True and found["rpo_turns"] == 6 and found["integrity"] == 1.0
+    assert len(list((tmp_path / f"{platform.namespace}-backups").glob("*.dump"))) == 1
+
+
+def test_the_kubernetes_game_day_plan_on_the_test_cluster(k8s_cluster, k8s_platform, pg_dsn, tmp_path):
+    from drillbook.config import project_root
+    from drillbook.evidence import verify_path
+    from drillbook.gameday import run_gameday
+
+    platform = k8s_platform(store="postgres", dsn=pg_dsn)
+    result = run_gameday(project_root() / "gamedays" / "kubernetes.yaml", tmp_path / "state", tmp_path / "results",
+                         target=str(platform.profile))
+    assert [(runbook, verdict) for runbook, verdict, _ in result.runs] == [
+        ("ha-replica-loss", "PASS"), ("cold-start", "PASS"), ("restore-drill", "PASS")], result.runs
+    assert all("_test-cluster_" in bundle.name for _, _, bundle in result.runs)
+    assert verify_path(tmp_path / "results").ok

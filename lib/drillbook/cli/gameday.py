@@ -16,15 +16,16 @@ from drillbook.config import state_dir
 def gameday_command(
     plan: Optional[str] = typer.Argument(None, help="A plan in gamedays/ or a YAML file (default: default)."),
     results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundles."),
+    target: Optional[str] = typer.Option(None, "--target", help="Target profile instead of the plan's own."),
     state: Optional[Path] = StateDirOption,
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
     from drillbook.gameday import load_plan, plan_path, run_gameday
 
     path = plan_path(plan)
-    load_plan(path)  # the whole plan is checked before anything runs
+    load_plan(path, target)  # the whole plan is checked before anything runs
     result = run_gameday(
-        path, state_dir(state), results,
+        path, state_dir(state), results, target=target,
         on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
         on_done=lambda name, verdict, bundle: err_console.print(
             f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
