@@ -21,7 +21,7 @@ from pathlib import Path
 
 from drillbook.chaos import run as run_experiment
 from drillbook.chaos.runner import sandbox_configuration
-from drillbook.chaos.targets import SandboxTarget
+from drillbook.targets.sandbox import SandboxTarget
 from drillbook.config import SandboxConfig
 from drillbook.execute import execute, notebook_parameters, runbook_path
 from drillbook.gameday import plan_path, run_gameday

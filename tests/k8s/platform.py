@@ -1,0 +1,121 @@
+"""The reference platform on the test cluster: its Deployments and Services in a namespace, a
+runtime file the pods read, and a kubernetes target profile for it (tests and bench share this).
+
+Gateway, agent and model server run as pods (the process kubelet runs each as the sandbox
+service on its own loopback address); the gateway finds agent and model pods through the API and
+its activator scales a Deployment from zero through the API.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from drillbook.config import SandboxConfig
+from drillbook.sandbox.runtime import KubernetesDiscovery, Runtime
+
+IMAGE = "drillbook/reference-platform:0.1.0"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _deployment(name: str, service: str, replicas: int, runtime: Path, host_port: int | None = None) -> dict:
+    port = {"name": "http", "containerPort": 8080, **({"hostPort": host_port} if host_port else {})}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "terminationGracePeriodSeconds": 5,
+                         "containers": [{"name": name, "image": IMAGE, "args": [service], "ports": [port],
+                                         "env": [{"name": "DRILLBOOK_RUNTIME", "value": str(runtime)}],
+                                         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+                                                            "periodSeconds": 1}}]}}}}
+
+
+def _service(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+
+
+@dataclass
+class Platform:
+    namespace: str
+    profile: Path
+    gateway_url: str
+    runtime: Runtime
+
+
+STORE_OPS = Path(__file__).resolve().parent / "store_ops.py"
+
+
+def store_commands(dsn: str, backups: Path) -> dict[str, str]:
+    """The profile's workload.store: the platform team's script around pg_dump and pg_restore."""
+    base = f"{sys.executable} {STORE_OPS} --dsn {dsn} --dir {backups}"
+    return {"backup": f"{base} backup", "restore": f"{base} restore {{backup}}", "destroy": f"{base} destroy",
+            "recreate": f"{base} recreate", "healthy": f"{base} healthy"}
+
+
+
+
+def wait_until(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout_s:g}s")
+        time.sleep(0.1)
+
+
+def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides: Any) -> Platform:
+    """Namespace, runtime, Services and Deployments, all ready; tenant keys are put in this
+    process's environment under the names the written profile gives."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    namespace = f"platform-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    gateway_port = _free_port()
+    runtime = Runtime.create(SandboxConfig(**{"tokens_per_second": 200, **overrides}), folder / namespace,
+                             gateway_port).model_copy(update={"kubernetes": KubernetesDiscovery(
+                                 server=plane.server, token=plane.admin_token, ca_file=str(plane.folder / "ca.crt"),
+                                 namespace=namespace)})
+    runtime.write()
+    store = runtime.open_store()
+    store.init_schema(True)
+    store.close()
+    for name in ("agent", "model-server"):
+        core.create_namespaced_service(namespace, _service(name))
+    for body in (_deployment("model-server", "model", 1, runtime.runtime_file),
+                 _deployment("agent", "agent", 2, runtime.runtime_file),
+                 _deployment("gateway", "gateway", 1, runtime.runtime_file, host_port=gateway_port)):
+        apps.create_namespaced_deployment(namespace, body)
+    for name, wanted in (("model-server", 1), ("agent", 2), ("gateway", 1)):
+        wait_until(lambda: apps.read_namespaced_deployment(name, namespace).status.ready_replicas == wanted, 90,
+                   f"deployment {name} ready")
+    keys = {}
+    for tenant, key in runtime.tenant_keys.items():
+        variable = f"K8S_{tenant.upper().replace('-', '_')}_KEY"
+        os.environ[variable] = key
+        keys[tenant] = {"key_env": variable}
+    profile = folder / f"{namespace}.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "test-cluster", "kind": "kubernetes",
+        "description": "the reference platform on the test control plane",
+        "kubernetes": {"context": "drillbook-test", "namespace": namespace, "allowed_contexts": ["drillbook-test"],
+                       "allowed_namespaces": [namespace]},
+        "workload": {"gateway_url": runtime.gateway_url,
+                     "agent": {"deployment": "agent", "selector": "app=agent"},
+                     "inference": {"deployment": "model-server", "selector": "app=model-server"},
+                     **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups")}
+                        if runtime.config.store == "postgres" else {})},
+        "tenants": keys, "delivery": {"verifier": "reference"}}))
+    return Platform(namespace, profile, runtime.gateway_url, runtime)
