@@ -128,13 +128,15 @@ def sandbox(sandbox_factory: SandboxFactory) -> SandboxHandle:
     return sandbox_factory(tokens_per_second=0)
 
 
-def reference_platform_runner(pod: dict, address: str, port: int) -> list[str]:
+def reference_platform_runner(pod: dict, address: str, port: int) -> list[str] | None:
     """A reference-platform pod as the sandbox service its first argument names, configured by
-    the runtime file its DRILLBOOK_RUNTIME variable points at."""
+    the runtime file its DRILLBOOK_RUNTIME variable points at (without one: no process)."""
     import sys
 
     container = pod["spec"]["containers"][0]
     env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+    if not env.get("DRILLBOOK_RUNTIME"):
+        return None
     return [sys.executable, "-m", f"drillbook.sandbox.{container['args'][0]}", "--runtime", env["DRILLBOOK_RUNTIME"],
             "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
 

@@ -170,11 +170,14 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     fault_at = fault.get("at")
     killed = fault.get("replicas", [])
     events = run.target_events(since=fault_at or 0.0)
-    if events:  # the target's own replica events: exact
-        ready_times = [next((e["t"] for e in events if e["kind"] == "replica_ready" and e.get("replica") == replica),
-                            None) for replica in killed]
-        ready_at = max(ready_times) if killed and all(ready_times) else None
-    else:  # sampled readiness, from when the kill had been done
+    # The target's own events when they follow the killed replicas (the sandbox restarts them
+    # under the same name); else sampled readiness, from when the kill had been done (a pod's
+    # replacement has a new name).
+    ready_times = [next((e["t"] for e in events if e["kind"] == "replica_ready" and e.get("replica") == replica),
+                        None) for replica in killed]
+    if killed and all(ready_times):
+        ready_at = max(t for t in ready_times if t is not None)
+    else:
         ready_at = watch.ready_after(fault.get("done_at") or fault_at) if fault_at else None
     turns = load_result.requests[load_result.requests["name"] == "turn"]
     baseline = turns[turns["t"] < fault_at] if fault_at else turns

@@ -52,6 +52,8 @@ class TenantRef(StrictModel):
     """A tenant, by the environment variable that holds its API key."""
 
     key_env: str = Field(description="name of the environment variable holding this tenant's key")
+    namespace: str | None = Field(None, description="kubernetes: the tenant's namespace (shedding patches its quota)")
+    quota: str = Field("inference", description="kubernetes: the tenant namespace's ResourceQuota to shed with")
 
     @field_validator("key_env")
     @classmethod
@@ -201,6 +203,10 @@ class TargetProfile(StrictModel):
     def _kind_fields(self) -> "TargetProfile":
         if self.kind == "kubernetes" and self.kubernetes is None:
             raise ValueError("kind kubernetes needs a kubernetes section (context, namespace, allow-lists)")
+        for tenant, ref in self.tenants.items():
+            if ref.namespace and (self.kubernetes is None or ref.namespace not in self.kubernetes.allowed_namespaces):
+                raise ValueError(f"tenant {tenant}'s namespace {ref.namespace!r} is not in "
+                                 "kubernetes.allowed_namespaces")
         if self.kind != "kubernetes" and self.kubernetes is not None:
             raise ValueError(f"a kubernetes section is only used with kind kubernetes, not {self.kind}")
         if self.kind != "sandbox":

@@ -165,3 +165,71 @@ def test_target_check_says_cannot_run_where_a_permission_is_missing(k8s_cluster,
     assert not ha.ok and ha.detail == f"not allowed: delete pods in {namespace}"
     assert report.runbook("cold-start").ok and report.runbook("triage").ok
     assert admin.runbook("ha-replica-loss").ok
+
+
+def test_shedding_a_tenant_on_kubernetes_lowers_its_namespace_quota_and_the_undo_restores_it(
+        k8s_cluster, namespace, tmp_path, monkeypatch):
+    from drillbook.execute import execute
+    from drillbook.runbook import recorded
+
+    core = client.CoreV1Api(k8s_cluster.api)
+    tenant_ns = f"tenant-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": tenant_ns}})
+    core.create_namespaced_resource_quota(tenant_ns, {"metadata": {"name": "inference"}, "spec": {"hard": {
+        "pods": "10", "requests.nvidia.com/gpu": "1"}}})
+    monkeypatch.setenv("DRILLBOOK_TEST_KEY", "k")
+    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+    path = profile_for(tmp_path, namespace)
+    spec = yaml.safe_load(path.read_text())
+    spec["tenants"] = {"noisy": {"key_env": "DRILLBOOK_TEST_KEY", "namespace": tenant_ns}}
+    spec["kubernetes"]["allowed_namespaces"] = [namespace, tenant_ns]
+    try:
+        with __import__("socket").socket() as gateway:
+            gateway.bind(("127.0.0.1", 0))
+            gateway.listen()
+            spec["workload"]["gateway_url"] = f"http://127.0.0.1:{gateway.getsockname()[1]}"
+            path.write_text(yaml.safe_dump(spec))
+            real = {"tenant": "noisy", "quota": "pods=2,requests.nvidia.com/gpu=0", "measure_s": "0",
+                    "dry_run": "False", "confirm": "test-cluster", "incident": "INC-42"}
+            shed = execute("shed-noisy-tenant", str(path), real, results=tmp_path / "results")
+            hard = core.read_namespaced_resource_quota("inference", tenant_ns).spec.hard
+            undo = execute("shed-noisy-tenant", str(path), {**real, "undo": "True"}, results=tmp_path / "results")
+        assert shed.verdict == "PASS", shed.summary
+        assert hard == {"pods": "2", "requests.nvidia.com/gpu": "0"}
+        assert recorded(shed.bundle / "runbook.ipynb")["values"]["limits_before"]["noisy"]["pods"] == "10"
+        assert undo.verdict == "PASS", undo.summary
+        assert core.read_namespaced_resource_quota("inference", tenant_ns).spec.hard == {
+            "pods": "10", "requests.nvidia.com/gpu": "1"}
+    finally:
+        core.delete_namespace(tenant_ns)
+
+
+def test_the_deploy_manifests_apply_to_the_test_cluster_where_v1_20_serves_them(k8s_cluster):
+    from kubernetes import utils
+
+    from drillbook.config import project_root
+    from tests.unit.test_deploy import kustomized
+
+    documents = kustomized(project_root() / "deploy")
+    newer = {("policy/v1", "PodDisruptionBudget"), ("batch/v1", "CronJob")}  # v1.20 serves only their betas
+    ordered = sorted(documents, key=lambda d: d["kind"] != "Namespace")
+    core, apps = client.CoreV1Api(k8s_cluster.api), client.AppsV1Api(k8s_cluster.api)
+    try:
+        for document in ordered:
+            if (document["apiVersion"], document["kind"]) not in newer:
+                utils.create_from_dict(k8s_cluster.api, document)
+        for name, replicas in (("gateway", 2), ("agent", 2), ("model-server", 1), ("locust-worker", 4)):
+            wait_for(lambda: apps.read_namespaced_deployment(name, "agents").status.ready_replicas == replicas,
+                     timeout=60)
+        quota = core.read_namespaced_resource_quota("inference", "agents")
+        wait_for(lambda: core.read_namespaced_resource_quota("inference", "agents").status.used, timeout=30)
+        assert core.read_namespaced_resource_quota("inference", "agents").status.used["requests.nvidia.com/gpu"] == "1"
+        assert quota.spec.hard["requests.nvidia.com/gpu"] == "2"
+        policies = client.NetworkingV1Api(k8s_cluster.api).list_network_policy_for_all_namespaces().items
+        assert {p.metadata.namespace for p in policies} >= {"tenant-a", "tenant-b"}
+    finally:
+        for namespace in ("agents", "tenant-a", "tenant-b"):
+            try:
+                core.delete_namespace(namespace)
+            except client.ApiException:
+                pass

@@ -151,7 +151,7 @@ def test_shedding_the_aggressor_lowers_the_victims_queue_wait_and_the_undo_resto
         assert control.tenant_limits()["tenant-b"] == original
     ledger = [json.loads(line) for line in (handle.state_dir / "mitigations.jsonl").read_text().splitlines()]
     assert len(ledger) == 2 and "fault" in ledger[0] and "undone" in ledger[1]  # the change and its undo, recorded
-    assert ledger[0]["fault"]["detail"]["incident"] == "INC-9" and ledger[0]["fault"]["undo"]["rps"] == original["rps"]
+    assert ledger[0]["fault"]["detail"]["incident"] == "INC-9" and ledger[0]["fault"]["undo"]["limit"] == original
 
 
 def test_drillbook_run_lists_on_call_runbooks_separately(tmp_path):

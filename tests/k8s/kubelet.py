@@ -9,7 +9,7 @@ Each pod gets its own loopback address (127.0.0.2, 127.0.0.3, ...) as its pod IP
 on its first containerPort there, so Endpoints built by the controller-manager are real
 addresses; a containerPort with a hostPort binds 127.0.0.1:hostPort instead (the node's
 address). Each pod also carries the kubelet's precise timestamps as annotations
-(``drillbook.dev/started-at``, ``drillbook.dev/ready-at``): the API's own condition times have
+(``drillbook.dev/scheduled-at``: first seen bound to the node, ``started-at``, ``ready-at``): the API's own condition times have
 one-second resolution.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-Runner = Callable[[dict[str, Any], str, int], list[str]]  # (pod as a dict, address, port) -> argv
+Runner = Callable[[dict[str, Any], str, int], "list[str] | None"]  # (pod, address, port) -> argv, or None: no process
 
 
 def _now() -> str:
@@ -54,6 +54,7 @@ class PodProcess:
     ready_path: str = "/"
     restarts: int = 0
     ready: bool = False
+    seen_at: float = field(default_factory=time.time)  # when this kubelet first saw the scheduled pod
     started_at: float = field(default_factory=time.time)
     ready_at: float | None = None
     reported: tuple[Any, ...] = ()
@@ -67,7 +68,7 @@ class ProcessKubelet:
         self.runners = runners or {}
         self.interval_s = interval_s
         self.pods: dict[str, PodProcess] = {}
-        self._addresses = (f"127.0.0.{n}" for n in range(2, 255))
+        self._in_use: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="process-kubelet", daemon=True)
         self.errors: list[str] = []
@@ -134,16 +135,20 @@ class ProcessKubelet:
         container = pod.spec.containers[0]
         runner = next((r for prefix, r in self.runners.items() if container.image.startswith(prefix)), None)
         tracked = PodProcess(pod.metadata.uid, pod.metadata.name, pod.metadata.namespace, None, None, None)
-        if runner is None:
+        argv = None
+        if runner is not None:
+            declared = (container.ports or [None])[0]
+            if declared is not None and declared.host_port:
+                tracked.address, tracked.port = "127.0.0.1", declared.host_port
+            else:
+                tracked.address = next(f"127.0.0.{n}" for n in range(2, 255) if f"127.0.0.{n}" not in self._in_use)
+                self._in_use.add(tracked.address)
+                tracked.port = declared.container_port if declared is not None else _free_port()
+            argv = runner(client.ApiClient().sanitize_for_serialization(pod), tracked.address, tracked.port)
+        if argv is None:
             tracked.ready, tracked.ready_at = True, time.time()
             return tracked
-        declared = (container.ports or [None])[0]
-        if declared is not None and declared.host_port:
-            tracked.address, tracked.port = "127.0.0.1", declared.host_port
-        else:
-            tracked.address = next(self._addresses)
-            tracked.port = declared.container_port if declared is not None else _free_port()
-        tracked.argv = runner(client.ApiClient().sanitize_for_serialization(pod), tracked.address, tracked.port)
+        tracked.argv = argv
         probe = container.readiness_probe
         if probe is not None and probe.http_get is not None:
             tracked.ready_path = probe.http_get.path or "/"
@@ -195,7 +200,8 @@ class ProcessKubelet:
                 "state": {"running": {"startedAt": started.replace(microsecond=0).isoformat().replace("+00:00", "Z")}}
                 if running else {"waiting": {"reason": "CrashLoopBackOff"}}}],
         }
-        annotations = {"drillbook.dev/started-at": f"{tracked.started_at:.6f}",
+        annotations = {"drillbook.dev/scheduled-at": f"{tracked.seen_at:.6f}",
+                       "drillbook.dev/started-at": f"{tracked.started_at:.6f}",
                        "drillbook.dev/port": str(tracked.port or "")}
         if tracked.ready_at is not None:
             annotations["drillbook.dev/ready-at"] = f"{tracked.ready_at:.6f}"
@@ -221,14 +227,14 @@ class ProcessKubelet:
             if error.status not in (404, 409):
                 raise
 
-    @staticmethod
-    def _kill(tracked: PodProcess, grace_s: float) -> None:
+    def _kill(self, tracked: PodProcess, grace_s: float) -> None:
         process = tracked.process
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM) if grace_s > 0 else os.killpg(process.pid, signal.SIGKILL)
-        try:
-            process.wait(max(grace_s, 0.1))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+            try:
+                process.wait(max(grace_s, 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+        if tracked.address != "127.0.0.1":
+            self._in_use.discard(tracked.address)  # free again now that the process is gone

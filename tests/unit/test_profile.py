@@ -58,6 +58,8 @@ def changed(base: dict, path: str, value: object) -> dict:
     (changed(COMMANDS, "workload.agent", {"commands": {"kill": "x"}}),
      "p.yaml: invalid workload.agent.commands.status: Field required"),
     (changed(KUBERNETES, "kubernetes", None), "p.yaml: invalid input: kind kubernetes needs a kubernetes section"),
+    (changed(KUBERNETES, "tenants.t.namespace", "kube-system"),
+     "p.yaml: invalid input: tenant t's namespace 'kube-system' is not in kubernetes.allowed_namespaces"),
     (changed(KUBERNETES, "kubernetes.context", "production"),
      "p.yaml: invalid kubernetes: context 'production' is not in allowed_contexts"),
     (changed(KUBERNETES, "kubernetes.allowed_namespaces", []), "p.yaml: invalid kubernetes.allowed_namespaces"),

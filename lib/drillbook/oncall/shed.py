@@ -2,7 +2,8 @@
 after, and keep the undo.
 
 On the sandbox the limit is the gateway's per-tenant rate limit (requests per second and
-burst). The change is written to the target's mitigation ledger before it is applied; it stays
+burst); on kubernetes it is the tenant namespace's ResourceQuota (the profile names each
+tenant's namespace and quota). The change is written to the target's mitigation ledger before it is applied; it stays
 in place after the run (it is an incident mitigation, not a drill fault, so `drillbook
 rollback` leaves it alone) until the runbook runs again with ``undo=True``.
 """
@@ -24,61 +25,121 @@ def mitigation_ledger(state_dir: Path) -> FaultLedger:
     return FaultLedger(Path(state_dir) / "mitigations.jsonl")
 
 
-class Shedding:
-    def __init__(self, target: Target, state_dir: Path) -> None:
-        handle = getattr(target, "handle", None)
-        if handle is None:
-            raise ConfigError(f"shedding a tenant on a {target.kind} target is not available in this version "
-                              "(the sandbox's gateway limits only)")
-        self.target, self.handle = target, handle
-        self.ledger = mitigation_ledger(state_dir)
+class GatewayLimits:
+    """The sandbox: each tenant's gateway rate limit {rps, burst}."""
 
-    def limits(self) -> dict[str, dict[str, float]]:
+    def __init__(self, target: Target) -> None:
+        self.handle = getattr(target, "handle")
+
+    def read(self) -> dict[str, dict[str, Any]]:
         with self.handle.control() as control:
             return control.tenant_limits()
 
+    def lowered(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
+        return {"rps": float(rps), "burst": int(burst)}
+
+    def write(self, tenant: str, limit: dict[str, Any]) -> None:
+        with self.handle.control() as control:
+            control.set_tenant_limit(tenant, float(limit["rps"]), int(limit["burst"]))
+
+
+class NamespaceQuotas:
+    """Kubernetes: each tenant namespace's ResourceQuota (spec.hard), for tenants whose profile
+    entry names a namespace."""
+
+    def __init__(self, target: Target) -> None:
+        from kubernetes import client
+
+        from drillbook.targets.kubernetes import api_client
+
+        self.core = client.CoreV1Api(api_client(getattr(target, "context")))
+        from drillbook.targets.kubernetes import check_allowed
+
+        spec = target.profile.spec.kubernetes
+        assert spec is not None
+        self.tenants = {name: ref for name, ref in target.profile.spec.tenants.items() if ref.namespace}
+        for ref in self.tenants.values():  # the allow-list, before any call
+            check_allowed(spec.context, str(ref.namespace), spec.allowed_contexts, spec.allowed_namespaces)
+        if not self.tenants:
+            raise ConfigError(f"target profile {target.name} names no tenant namespace (tenants.<name>.namespace)")
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        found = {}
+        for tenant, ref in self.tenants.items():
+            quota = self.core.read_namespaced_resource_quota(ref.quota, ref.namespace)
+            found[tenant] = dict(quota.spec.hard or {})
+        return found
+
+    def lowered(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
+        if not quota:
+            raise ConfigError("shedding on kubernetes needs -p quota=resource=amount,... (the new ResourceQuota hard "
+                              "limits, for example requests.nvidia.com/gpu=0,pods=2)")
+        pairs = [item.split("=", 1) for item in quota.split(",") if item.strip()]
+        if any(len(pair) != 2 or not pair[0].strip() or not pair[1].strip() for pair in pairs):
+            raise ConfigError(f"invalid quota {quota!r}: use resource=amount pairs separated by commas")
+        return {**current, **{name.strip(): value.strip() for name, value in pairs}}
+
+    def write(self, tenant: str, limit: dict[str, Any]) -> None:
+        ref = self.tenants[tenant]
+        self.core.replace_namespaced_resource_quota(ref.quota, ref.namespace, {
+            "metadata": {"name": ref.quota, "namespace": ref.namespace}, "spec": {"hard": limit}})
+
+
+class Shedding:
+    def __init__(self, target: Target, state_dir: Path) -> None:
+        if getattr(target, "handle", None) is not None:
+            self.limiter: GatewayLimits | NamespaceQuotas = GatewayLimits(target)
+        elif target.kind == "kubernetes":
+            self.limiter = NamespaceQuotas(target)
+        else:
+            raise ConfigError(f"shedding a tenant on a {target.kind} target is not available (the sandbox's gateway "
+                              "limits, or tenant namespace quotas on kubernetes)")
+        self.target = target
+        self.ledger = mitigation_ledger(state_dir)
+
+    def limits(self) -> dict[str, dict[str, Any]]:
+        return self.limiter.read()
+
     def measure(self, window_s: float) -> dict[str, dict[str, Any]]:
-        """Per tenant over window_s: requests, throttled, p95 latency, slot share and queue wait (read-only)."""
+        """Per tenant over window_s: requests, throttled, p95 latency, slot share and queue wait
+        (read-only; empty where the target exposes no such metrics)."""
         return collect(self.target, window_s).tenants
 
     def open_mitigations(self, tenant: str) -> list[Any]:
         return [m for m in self.ledger.open_faults() if m.kind == "tenant-limit" and m.detail.get("tenant") == tenant]
 
     def shed(self, tenant: str, rps: float, burst: int, dry_run: bool, confirm: str, operator: str,
-             incident: str) -> dict[str, Any]:
+             incident: str, quota: str = "") -> dict[str, Any]:
         current = self.limits()
         if tenant not in current:
             raise ConfigError(f"no tenant {tenant!r} on target {self.target.name}; tenants: {', '.join(current)}")
-        plan = (f"lower tenant {tenant}'s limit from {current[tenant]['rps']:g} req/s (burst "
-                f"{current[tenant]['burst']:g}) to {rps:g} req/s (burst {burst}) on target {self.target.name}")
+        new = self.limiter.lowered(current[tenant], rps, burst, quota)
+        plan = f"change tenant {tenant}'s limit from {current[tenant]} to {new} on target {self.target.name}"
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan, "previous": current[tenant]}
         require_confirmation(self.target.name, dry_run, confirm)
         mitigation = self.ledger.record(incident or "no-incident", self.target.name, "tenant-limit",
-                                        {"op": "limit", "tenant": tenant, **current[tenant]}, tenant=tenant,
-                                        rps=rps, burst=burst, operator=operator, incident=incident)
-        with self.handle.control() as control:
-            control.set_tenant_limit(tenant, rps, burst)
+                                        {"op": "limit", "tenant": tenant, "limit": current[tenant]}, tenant=tenant,
+                                        limit=new, operator=operator, incident=incident)
+        self.limiter.write(tenant, new)
         return {"dry_run": False, "changed": True, "plan": plan, "previous": current[tenant], "mitigation": mitigation.id,
                 "at": time.time(), "undo": f"drillbook run shed-noisy-tenant -p tenant={tenant} -p undo=True "
                                            f"-p dry_run=False -p confirm={self.target.name}"}
 
     def undo(self, tenant: str, dry_run: bool, confirm: str) -> dict[str, Any]:
-        """Put back the limit the newest open mitigation for this tenant replaced."""
+        """Put back the limit the oldest open mitigation for this tenant replaced (the original)."""
         open_ones = self.open_mitigations(tenant)
         if not open_ones:
             return {"dry_run": dry_run, "changed": False, "plan": f"nothing to undo for tenant {tenant}"}
-        newest, oldest = open_ones[0], open_ones[-1]  # undo everything back to the original limit
-        original = {"rps": oldest.undo["rps"], "burst": int(oldest.undo["burst"])}
-        plan = f"restore tenant {tenant}'s limit to {original['rps']:g} req/s (burst {original['burst']})"
+        original = open_ones[-1].undo["limit"]
+        plan = f"restore tenant {tenant}'s limit to {original}"
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan}
         require_confirmation(self.target.name, dry_run, confirm)
-        with self.handle.control() as control:
-            control.set_tenant_limit(tenant, float(original["rps"]), int(original["burst"]))
+        self.limiter.write(tenant, original)
         for mitigation in open_ones:
             self.ledger.resolve(mitigation, f"undone: {plan}")
-        return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": newest.id}
+        return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": open_ones[0].id}
 
 
 def _others_wait(figures: dict[str, dict[str, Any]], tenant: str) -> float | None:
@@ -104,7 +165,6 @@ def judge(run: Any, shedding: Shedding, tenant: str, before: dict[str, Any], aft
     if not outcome["changed"]:
         run.check("limits unchanged", int(limits_after == limits_before), ">=", 1)
     elif "restored" in outcome:
-        run.check("original limit restored", int(limits_after[tenant] == {"rps": float(outcome["restored"]["rps"]),
-                                                                          "burst": outcome["restored"]["burst"]}), ">=", 1)
+        run.check("original limit restored", int(limits_after[tenant] == outcome["restored"]), ">=", 1)
     else:
         run.check("new limit in place", int(limits_after[tenant] != limits_before[tenant]), ">=", 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from drillbook.errors import ConfigError, TargetUnreachable
+from drillbook.errors import ConfigError, StoreUnavailable, TargetUnreachable
 from drillbook.profile import LoadedProfile, RoleCommands
 from drillbook.targets.store import CommandStore, run_command
 
@@ -90,7 +90,10 @@ class CommandsTarget:
         healthy = self.store.healthy()
         if healthy is not None:
             return healthy
-        return self.has("state_store") and self.ready("state_store") > 0
+        if not self.has("state_store"):
+            raise StoreUnavailable(f"target profile {self.name} gives no way to check the store "
+                                   "(workload.store.healthy or a state_store tier)")
+        return self.ready("state_store") > 0
 
     def events(self) -> list[dict[str, Any]]:
         return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from drillbook.errors import ConfigError
+from drillbook.errors import ConfigError, StoreUnavailable
 from drillbook.profile import LoadedProfile
 from drillbook.targets.store import CommandStore
 
@@ -39,6 +39,22 @@ def api_client(context: str) -> Any:
 
     path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
     return config.new_client_from_config(config_file=path, context=context)
+
+
+def pod_events(pod: Any, role: str) -> list[dict[str, Any]]:
+    annotations = pod.metadata.annotations or {}
+    conditions = {c.type: c for c in (pod.status.conditions or [])}
+    running = next((s.state.running for s in pod.status.container_statuses or [] if s.state and s.state.running), None)
+    times = {
+        "replica_scheduled": annotations.get("drillbook.dev/scheduled-at") or (
+            conditions["PodScheduled"].last_transition_time if "PodScheduled" in conditions else None),
+        "replica_started": annotations.get("drillbook.dev/started-at") or (running.started_at if running else None),
+        "replica_ready": annotations.get("drillbook.dev/ready-at") or (
+            conditions["Ready"].last_transition_time
+            if "Ready" in conditions and conditions["Ready"].status == "True" else None),
+    }
+    return [{"t": float(value) if isinstance(value, str) else value.timestamp(), "kind": kind, "role": role,
+             "replica": pod.metadata.name} for kind, value in times.items() if value]
 
 
 class KubernetesTarget:
@@ -131,10 +147,25 @@ class KubernetesTarget:
         healthy = self.store.healthy()
         if healthy is not None:
             return healthy
-        return self.has("state_store") and self.ready("state_store") > 0
+        if not self.has("state_store"):
+            raise StoreUnavailable(f"target profile {self.name} gives no way to check the store "
+                                   "(workload.store.healthy or a state_store tier)")
+        return self.ready("state_store") > 0
 
     def events(self) -> list[dict[str, Any]]:
-        return []
+        """Replica lifecycle events from the pods of the agent and inference tiers: scheduled,
+        started and ready, from the pod's conditions and container state (one-second resolution),
+        or from a kubelet's precise drillbook.dev/*-at annotations where it writes them."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self._client())
+        found: list[dict[str, Any]] = []
+        for role in ("agent", "inference"):
+            if not self.has(role):
+                continue
+            for pod in core.list_namespaced_pod(self.namespace, label_selector=self.selector(role)).items:
+                found += pod_events(pod, role)
+        return sorted(found, key=lambda event: event["t"])
 
     def gateway(self) -> tuple[str, dict[str, str]]:
         return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
