@@ -123,8 +123,9 @@ def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
         if status_problem and runbook != "restore-drill":
             why.append(status_problem)
         findings.append(Finding(runbook, not why, "; ".join(why) or "commands found"))
-    findings.append(Finding("noisy-neighbour", False, "needs an aggressor tier: the sandbox's, or tenant namespaces "
-                                                      "on kubernetes"))
+    aggressor = profile.role("aggressor")
+    why = missing({"aggressor scale": aggressor.commands.scale if aggressor and aggressor.commands else None})
+    findings.append(Finding("noisy-neighbour", not why, "; ".join(why) or "commands found"))
     return findings
 
 
@@ -155,6 +156,8 @@ def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
                if not may(verb, group, resource, sub, namespace)]
         if runbook == "restore-drill" and profile.spec.workload.store is None:
             why.append("no workload.store commands")
+        if runbook == "noisy-neighbour" and profile.role("aggressor") is None:
+            why.append("no workload.aggressor tier")
         findings.append(Finding(runbook, not why, ("not allowed: " + ", ".join(why)) if why else "allowed"))
     return findings
 

@@ -31,7 +31,7 @@ from drillbook.config import StrictModel, project_root, validation_line
 from drillbook.errors import ConfigError
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-ROLES = ("agent", "inference", "state_store")
+ROLES = ("agent", "inference", "state_store", "aggressor")  # aggressor: floods inference as one tenant (noisy neighbour)
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
 
 
@@ -76,6 +76,7 @@ class Role(StrictModel):
 
     deployment: str | None = None
     selector: str | None = None
+    namespace: str | None = Field(None, description="kubernetes: the tier's namespace, if not the profile's")
     commands: RoleCommands | None = None
     service: str | None = Field(None, description="the sandbox service name (sandbox kind only)")
 
@@ -100,6 +101,7 @@ class Workload(StrictModel):
     agent: Role | None = None
     inference: Role | None = None
     state_store: Role | None = None
+    aggressor: Role | None = Field(None, description="a tier that floods inference as one tenant (noisy-neighbour drill)")
     store: StoreCommands | None = None
 
     @field_validator("gateway_url")
@@ -203,6 +205,11 @@ class TargetProfile(StrictModel):
     def _kind_fields(self) -> "TargetProfile":
         if self.kind == "kubernetes" and self.kubernetes is None:
             raise ValueError("kind kubernetes needs a kubernetes section (context, namespace, allow-lists)")
+        for role in ROLES:
+            spec = getattr(self.workload, role)
+            if spec is not None and spec.namespace and (
+                    self.kubernetes is None or spec.namespace not in self.kubernetes.allowed_namespaces):
+                raise ValueError(f"workload.{role}.namespace {spec.namespace!r} is not in kubernetes.allowed_namespaces")
         for tenant, ref in self.tenants.items():
             if ref.namespace and (self.kubernetes is None or ref.namespace not in self.kubernetes.allowed_namespaces):
                 raise ValueError(f"tenant {tenant}'s namespace {ref.namespace!r} is not in "

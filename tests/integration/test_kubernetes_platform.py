@@ -35,6 +35,7 @@ def k8s_platform(k8s_cluster, tmp_path, monkeypatch):
     core = client.CoreV1Api(k8s_cluster.api)
     for namespace in created:
         core.delete_namespace(namespace)
+        core.delete_namespace(f"{namespace}-tenant-b")
     wait_for(lambda: not any(p.namespace in created for p in k8s_cluster.kubelet.pods.values()), timeout=60)
 
 
@@ -86,6 +87,17 @@ def test_cold_start_on_kubernetes_scales_from_zero_through_the_api(k8s_cluster, 
     assert ready(k8s_cluster, platform, "agent") == 2 and ready(k8s_cluster, platform, "model-server") == 1
 
 
+def test_noisy_neighbour_on_kubernetes_two_tenant_namespaces_share_the_inference_tier(k8s_cluster, k8s_platform,
+                                                                                      tmp_path):
+    platform = k8s_platform()
+    executed = execute("noisy-neighbour", str(platform.profile), results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.summary
+    found = values(executed.bundle)
+    assert found["victim_p95_ratio"] <= 3.0 and found["slot_share"]["tenant-b"] > found["slot_share"]["tenant-a"]
+    apps = client.AppsV1Api(k8s_cluster.api)
+    assert apps.read_namespaced_deployment("aggressor", f"{platform.namespace}-tenant-b").spec.replicas == 0
+
+
 def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgresql(k8s_cluster, k8s_platform,
                                                                                    pg_dsn, tmp_path):
     platform = k8s_platform(store="postgres", dsn=pg_dsn)
@@ -105,6 +117,7 @@ def test_the_kubernetes_game_day_plan_on_the_test_cluster(k8s_cluster, k8s_platf
     result = run_gameday(project_root() / "gamedays" / "kubernetes.yaml", tmp_path / "state", tmp_path / "results",
                          target=str(platform.profile))
     assert [(runbook, verdict) for runbook, verdict, _ in result.runs] == [
-        ("ha-replica-loss", "PASS"), ("cold-start", "PASS"), ("restore-drill", "PASS")], result.runs
+        ("ha-replica-loss", "PASS"), ("noisy-neighbour", "PASS"), ("cold-start", "PASS"),
+        ("restore-drill", "PASS")], result.runs
     assert all("_test-cluster_" in bundle.name for _, _, bundle in result.runs)
     assert verify_path(tmp_path / "results").ok

@@ -98,23 +98,33 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides:
                  _deployment("agent", "agent", 2, runtime.runtime_file),
                  _deployment("gateway", "gateway", 1, runtime.runtime_file, host_port=gateway_port)):
         apps.create_namespaced_deployment(namespace, body)
+    # The noisy tenant's own namespace, under a quota, holding the aggressor (scaled up by the
+    # noisy-neighbour drill): two tenants sharing the one inference tier.
+    tenant_namespace = f"{namespace}-tenant-b"
+    core.create_namespace({"metadata": {"name": tenant_namespace}})
+    core.create_namespaced_resource_quota(tenant_namespace, {"metadata": {"name": "inference"},
+                                                             "spec": {"hard": {"pods": "4"}}})
+    apps.create_namespaced_deployment(tenant_namespace, _deployment("aggressor", "aggressor", 0, runtime.runtime_file))
     for name, wanted in (("model-server", 1), ("agent", 2), ("gateway", 1)):
         wait_until(lambda: apps.read_namespaced_deployment(name, namespace).status.ready_replicas == wanted, 90,
                    f"deployment {name} ready")
-    keys = {}
+    keys: dict[str, dict[str, str]] = {}
     for tenant, key in runtime.tenant_keys.items():
         variable = f"K8S_{tenant.upper().replace('-', '_')}_KEY"
         os.environ[variable] = key
         keys[tenant] = {"key_env": variable}
+    keys[runtime.config.tenants[-1]]["namespace"] = tenant_namespace
     profile = folder / f"{namespace}.yaml"
     profile.write_text(yaml.safe_dump({
         "name": "test-cluster", "kind": "kubernetes",
         "description": "the reference platform on the test control plane",
         "kubernetes": {"context": "drillbook-test", "namespace": namespace, "allowed_contexts": ["drillbook-test"],
-                       "allowed_namespaces": [namespace]},
+                       "allowed_namespaces": [namespace, tenant_namespace]},
         "workload": {"gateway_url": runtime.gateway_url,
                      "agent": {"deployment": "agent", "selector": "app=agent"},
                      "inference": {"deployment": "model-server", "selector": "app=model-server"},
+                     "aggressor": {"deployment": "aggressor", "selector": "app=aggressor",
+                                   "namespace": tenant_namespace},
                      **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups")}
                         if runtime.config.store == "postgres" else {})},
         "tenants": keys, "delivery": {"verifier": "reference"}}))

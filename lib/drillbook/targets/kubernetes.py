@@ -65,6 +65,10 @@ class KubernetesTarget:
         if spec is None:
             raise ConfigError(f"target profile {profile.name} has no kubernetes section")
         check_allowed(spec.context, spec.namespace, spec.allowed_contexts, spec.allowed_namespaces)
+        for role in ("agent", "inference", "state_store", "aggressor"):
+            tier = profile.role(role)
+            if tier is not None and tier.namespace:
+                check_allowed(spec.context, tier.namespace, spec.allowed_contexts, spec.allowed_namespaces)
         self.profile = profile
         self.name = profile.name
         self.api = profile.spec.api
@@ -84,6 +88,10 @@ class KubernetesTarget:
         spec = self.profile.role(role)
         return (spec.deployment if spec and spec.deployment else None) or role.replace("_", "-")
 
+    def namespace_of(self, role: str) -> str:
+        spec = self.profile.role(role)
+        return (spec.namespace if spec and spec.namespace else None) or self.namespace
+
     def selector(self, role: str) -> str:
         spec = self.profile.role(role)
         return (spec.selector if spec and spec.selector else None) or f"app={self.deployment(role)}"
@@ -101,18 +109,19 @@ class KubernetesTarget:
 
         grace = 0 if signal == "SIGKILL" else -1
         before = self._pod_names(role)
-        terminate_pods(label_selector=self.selector(role), qty=count, ns=self.namespace, grace_period=grace,
+        terminate_pods(label_selector=self.selector(role), qty=count, ns=self.namespace_of(role), grace_period=grace,
                        secrets=self.chaos_secrets)
         return sorted(before - self._pod_names(role)) or sorted(before)[:count]
 
     def _pod_names(self, role: str) -> set[str]:
         from kubernetes import client
 
-        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace, label_selector=self.selector(role))
+        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
+                                                                   label_selector=self.selector(role))
         return {pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None}
 
     def _deployment(self, role: str) -> Any:
-        return self._apps().read_namespaced_deployment(self.deployment(role), self.namespace)
+        return self._apps().read_namespaced_deployment(self.deployment(role), self.namespace_of(role))
 
     def desired(self, role: str) -> int:
         return int(self._deployment(role).spec.replicas or 0)
@@ -129,7 +138,7 @@ class KubernetesTarget:
     def scale(self, role: str, replicas: int) -> None:
         from chaosk8s.deployment.actions import scale_deployment
 
-        scale_deployment(self.deployment(role), replicas, ns=self.namespace, secrets=self.chaos_secrets)
+        scale_deployment(self.deployment(role), replicas, ns=self.namespace_of(role), secrets=self.chaos_secrets)
 
     def backup_store(self) -> dict[str, Any]:
         return self.store.backup()
@@ -163,9 +172,19 @@ class KubernetesTarget:
         for role in ("agent", "inference"):
             if not self.has(role):
                 continue
-            for pod in core.list_namespaced_pod(self.namespace, label_selector=self.selector(role)).items:
+            for pod in core.list_namespaced_pod(self.namespace_of(role), label_selector=self.selector(role)).items:
                 found += pod_events(pod, role)
         return sorted(found, key=lambda event: event["t"])
+
+    def replica_urls(self, role: str) -> list[str]:
+        """http://podIP:port of the role's ready pods (for reading their metrics)."""
+        from kubernetes import client
+
+        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
+                                                                   label_selector=self.selector(role)).items
+        return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}" for pod in pods
+                if pod.status.pod_ip and pod.spec.containers[0].ports and pod.metadata.deletion_timestamp is None
+                and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])]
 
     def gateway(self) -> tuple[str, dict[str, str]]:
         return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
