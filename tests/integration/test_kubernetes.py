@@ -95,6 +95,7 @@ def test_kill_replicas_deletes_pods_and_the_replicaset_replaces_them(k8s_cluster
     before = pods(k8s_cluster, namespace)
     killed = target.kill("agent", 1, "SIGKILL")
     assert len(killed) == 1 and killed[0] in before
+    assert target.ready("agent") <= 1  # at once: the killed pod no longer counts, whatever the Deployment says
     wait_for(lambda: target.settled("agent"), timeout=60)
     after = pods(k8s_cluster, namespace)
     assert len(after) == 2 and killed[0] not in after  # replaced by a new pod, through the API

@@ -41,6 +41,10 @@ def api_client(context: str) -> Any:
     return config.new_client_from_config(config_file=path, context=context)
 
 
+def _pod_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
 def pod_events(pod: Any, role: str) -> list[dict[str, Any]]:
     annotations = pod.metadata.annotations or {}
     conditions = {c.type: c for c in (pod.status.conditions or [])}
@@ -114,11 +118,7 @@ class KubernetesTarget:
         return sorted(before - self._pod_names(role)) or sorted(before)[:count]
 
     def _pod_names(self, role: str) -> set[str]:
-        from kubernetes import client
-
-        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
-                                                                   label_selector=self.selector(role))
-        return {pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None}
+        return {pod.metadata.name for pod in self._live_pods(role)}
 
     def _deployment(self, role: str) -> Any:
         return self._apps().read_namespaced_deployment(self.deployment(role), self.namespace_of(role))
@@ -126,14 +126,22 @@ class KubernetesTarget:
     def desired(self, role: str) -> int:
         return int(self._deployment(role).spec.replicas or 0)
 
+    def _live_pods(self, role: str) -> list[Any]:
+        from kubernetes import client
+
+        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
+                                                                   label_selector=self.selector(role)).items
+        return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+
     def ready(self, role: str) -> int:
-        return int(self._deployment(role).status.ready_replicas or 0)
+        """Pods with the Ready condition True, from the pods themselves: the Deployment's status
+        lags a deletion by a moment and would call a killed replica ready."""
+        return sum(1 for pod in self._live_pods(role) if _pod_ready(pod))
 
     def settled(self, role: str) -> bool:
-        deployment = self._deployment(role)
-        wanted = int(deployment.spec.replicas or 0)
-        status = deployment.status
-        return int(status.replicas or 0) == wanted and int(status.ready_replicas or 0) == wanted
+        wanted = self.desired(role)
+        live = self._live_pods(role)
+        return len(live) == wanted and sum(1 for pod in live if _pod_ready(pod)) == wanted
 
     def scale(self, role: str, replicas: int) -> None:
         from chaosk8s.deployment.actions import scale_deployment
@@ -184,7 +192,7 @@ class KubernetesTarget:
                                                                    label_selector=self.selector(role)).items
         return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}" for pod in pods
                 if pod.status.pod_ip and pod.spec.containers[0].ports and pod.metadata.deletion_timestamp is None
-                and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])]
+                and _pod_ready(pod)]
 
     def gateway(self) -> tuple[str, dict[str, str]]:
         return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
