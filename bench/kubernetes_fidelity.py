@@ -34,18 +34,12 @@ from drillbook.runbook import recorded  # noqa: E402
 from drillbook.sandbox import launcher  # noqa: E402
 from tests.k8s.cluster import controlplane  # noqa: E402
 from tests.k8s.kubelet import ProcessKubelet  # noqa: E402
-from tests.k8s.platform import start_platform  # noqa: E402
-
-
-def runner(pod: dict, address: str, port: int) -> list[str]:
-    container = pod["spec"]["containers"][0]
-    env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
-    return [sys.executable, "-m", f"drillbook.sandbox.{container['args'][0]}", "--runtime", env["DRILLBOOK_RUNTIME"],
-            "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
+from tests.k8s.platform import reference_platform_runner, start_platform  # noqa: E402
 
 
 def recovery(plane, api, results: Path) -> None:
     platform = start_platform(plane, api, FOLDER, tokens_per_second=200)
+    os.environ.update(platform.key_env)
     core = client.CoreV1Api(api)
     before = {p.metadata.name for p in core.list_namespaced_pod(platform.namespace, label_selector="app=agent").items}
     executed = execute("ha-replica-loss", str(platform.profile), {"users": "6", "duration_s": "14.0",
@@ -69,6 +63,7 @@ def recovery(plane, api, results: Path) -> None:
 
 def cold_start(plane, api, results: Path, trials: int, delay: float) -> None:
     platform = start_platform(plane, api, FOLDER, tokens_per_second=200, model_load_delay_s=delay)
+    os.environ.update(platform.key_env)
     overrides = {"trials": str(trials), "idle_s": "0.2", "slo_p95_s": "60.0"}
     on_k8s = execute("cold-start", str(platform.profile), overrides, results=results)
     state = FOLDER / "sandbox"
@@ -93,7 +88,7 @@ def main() -> None:
         sys.exit(f"no control plane in {controlplane.cache_bin()}: run tests/k8s/cluster/build.sh")
     plane = controlplane.start(FOLDER / "cluster")
     api = config.new_client_from_config(str(plane.kubeconfig), context=controlplane.CONTEXT)
-    kubelet = ProcessKubelet(api, runners={"drillbook/reference-platform": runner}).start()
+    kubelet = ProcessKubelet(api, runners={"drillbook/reference-platform": reference_platform_runner}).start()
     try:
         recovery(plane, api, FOLDER / "results")
         cold_start(plane, api, FOLDER / "results", args.trials, args.delay)

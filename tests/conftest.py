@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -27,6 +26,7 @@ os.environ["KUBECONFIG"] = str(SESSION_KUBECONFIG)
 from drillbook.config import SandboxConfig, running_in_ci  # noqa: E402
 from drillbook.sandbox import launcher
 from drillbook.sandbox.launcher import SandboxHandle
+from tests.helpers import free_port
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -37,12 +37,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.longrepr = f"skipped in CI (CI=true forbids skips): {reason}"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _pg_bin() -> Path | None:
@@ -72,7 +66,7 @@ def pg_server() -> Iterator[str]:
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(root, "postgres")
         shutil.chown(sockets, "postgres")
-    port = _free_port()
+    port = free_port()
     for step in (
         [str(bindir / "initdb"), "-D", str(data), "-U", "drillbook", "--auth=trust", "-E", "UTF8"],
         [str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-t", "60", "-l", str(root / "pg.log"),
@@ -128,19 +122,6 @@ def sandbox(sandbox_factory: SandboxFactory) -> SandboxHandle:
     return sandbox_factory(tokens_per_second=0)
 
 
-def reference_platform_runner(pod: dict, address: str, port: int) -> list[str] | None:
-    """A reference-platform pod as the sandbox service its first argument names, configured by
-    the runtime file its DRILLBOOK_RUNTIME variable points at (without one: no process)."""
-    import sys
-
-    container = pod["spec"]["containers"][0]
-    env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
-    if not env.get("DRILLBOOK_RUNTIME"):
-        return None
-    return [sys.executable, "-m", f"drillbook.sandbox.{container['args'][0]}", "--runtime", env["DRILLBOOK_RUNTIME"],
-            "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
-
-
 @pytest.fixture(scope="session")
 def k8s_cluster() -> Iterator[object]:
     """A real control plane (v1.20, built by tests/k8s/cluster/build.sh) with a process kubelet.
@@ -154,6 +135,7 @@ def k8s_cluster() -> Iterator[object]:
 
     from tests.k8s.cluster import controlplane
     from tests.k8s.kubelet import ProcessKubelet
+    from tests.k8s.platform import reference_platform_runner
 
     if not controlplane.binaries_present():
         pytest.skip(f"no Kubernetes control plane in {controlplane.cache_bin()}: run tests/k8s/cluster/build.sh")

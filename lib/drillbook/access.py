@@ -3,7 +3,7 @@
 Read-only. It reaches the gateway, checks every tenant key with a read (a session that does not
 exist must be answered "not found", not "unauthorised"), asks the workload for each tier's
 status, and on kubernetes asks the API server (SelfSubjectAccessReview) whether the runner may
-do what each runbook needs in each allowed namespace. Nothing is created, changed or deleted.
+do what each runbook needs in the namespaces where it acts. Nothing is created, changed or deleted.
 """
 
 from __future__ import annotations
@@ -19,19 +19,26 @@ import httpx
 
 from drillbook.profile import LoadedProfile
 
-# What each runbook does to a Kubernetes target: (verb, group, resource, subresource), as
-# chaostoolkit-kubernetes calls it (scale_deployment patches the Deployment itself).
+# What each runbook does to a Kubernetes target, and where: (tier or "tenants", verb, group,
+# resource). A tier's calls go to its own namespace (the profile's unless the tier names one);
+# "tenants" means every tenant namespace the profile names. Verbs are the ones drillbook and
+# chaostoolkit-kubernetes call: pods are listed for readiness and deleted by terminate_pods,
+# Deployments read for their desired count and patched by scale_deployment, quotas replaced by a shed.
 KUBERNETES_NEEDS: dict[str, list[tuple[str, str, str, str]]] = {
-    "ha-replica-loss": [("list", "", "pods", ""), ("delete", "", "pods", ""), ("get", "apps", "deployments", "")],
-    "cold-start": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", ""),
-                   ("list", "", "pods", "")],
-    "noisy-neighbour": [("get", "apps", "deployments", ""), ("patch", "apps", "deployments", ""),
-                        ("get", "", "resourcequotas", "")],
-    "restore-drill": [("get", "apps", "deployments", "")],
-    "network-faults": [("create", "networking.k8s.io", "networkpolicies", ""),
-                       ("delete", "networking.k8s.io", "networkpolicies", "")],
-    "triage": [("list", "", "events", ""), ("list", "", "pods", "")],
+    "ha-replica-loss": [("agent", "list", "", "pods"), ("agent", "delete", "", "pods"),
+                        ("agent", "get", "apps", "deployments")],
+    "cold-start": [(tier, verb, group, resource) for tier in ("agent", "inference")
+                   for verb, group, resource in (("get", "apps", "deployments"), ("patch", "apps", "deployments"),
+                                                 ("list", "", "pods"))],
+    "noisy-neighbour": [("aggressor", "get", "apps", "deployments"), ("aggressor", "patch", "apps", "deployments"),
+                        ("aggressor", "list", "", "pods"), ("inference", "list", "", "pods")],
+    "restore-drill": [],  # the profile's store commands, run with their own credentials
+    "restore-agent-state": [],
+    "agent-latency-triage": [(tier, verb, group, resource) for tier in ("agent", "inference")
+                             for verb, group, resource in (("get", "apps", "deployments"), ("list", "", "pods"))],
+    "shed-noisy-tenant": [("tenants", "get", "", "resourcequotas"), ("tenants", "update", "", "resourcequotas")],
 }
+OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
 
 
 @dataclass
@@ -88,44 +95,40 @@ def _command_found(line: str, folder: Path) -> str | None:
     return None if shutil.which(program) else f"{program} is not on PATH"
 
 
-def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
-    findings = []
-    agent = profile.role("agent")
-    agent_commands = agent.commands if agent else None
-    store = profile.spec.workload.store
+# The commands each runbook runs on a `commands` target: (tier or "store", command field).
+COMMANDS_NEEDS: dict[str, list[tuple[str, str]]] = {
+    "ha-replica-loss": [("agent", "status"), ("agent", "kill")],
+    "cold-start": [("agent", "status"), ("agent", "scale")],
+    "noisy-neighbour": [("aggressor", "scale")],
+    "restore-drill": [("store", "backup"), ("store", "restore"), ("store", "destroy")],
+}
 
-    def missing(lines: dict[str, str | None]) -> list[str]:
-        why = []
-        for name, line in lines.items():
-            if not line:
-                why.append(f"no {name} command")
-            elif (problem := _command_found(line, profile.folder)) is not None:
-                why.append(f"{name}: {problem}")
-        return why
+
+def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
+    def line(tier: str, name: str) -> str | None:
+        if tier == "store":
+            return getattr(profile.spec.workload.store, name, None)
+        spec = profile.role(tier)
+        return getattr(spec.commands, name, None) if spec is not None else None
 
     status_problem = None
-    if agent_commands is not None:
+    if line("agent", "status"):
         try:
             target.ready("agent")
         except Exception as error:  # noqa: BLE001 - reported, not raised: this is a check
             status_problem = f"agent status: {error}"
-    needs = {
-        "ha-replica-loss": {"agent status": agent_commands.status if agent_commands else None,
-                            "agent kill": agent_commands.kill if agent_commands else None},
-        "cold-start": {"agent status": agent_commands.status if agent_commands else None,
-                       "agent scale": agent_commands.scale if agent_commands else None},
-        "restore-drill": {"store backup": store.backup if store else None,
-                          "store restore": store.restore if store else None,
-                          "store destroy": store.destroy if store else None},
-    }
-    for runbook, lines in needs.items():
-        why = missing(lines)
-        if status_problem and runbook != "restore-drill":
+    findings = []
+    for runbook, needs in COMMANDS_NEEDS.items():
+        why = []
+        for tier, name in needs:
+            command = line(tier, name)
+            if not command:
+                why.append(f"no {tier} {name} command")
+            elif (problem := _command_found(command, profile.folder)) is not None:
+                why.append(f"{tier} {name}: {problem}")
+        if status_problem and any(tier == "agent" for tier, _ in needs):
             why.append(status_problem)
         findings.append(Finding(runbook, not why, "; ".join(why) or "commands found"))
-    aggressor = profile.role("aggressor")
-    why = missing({"aggressor scale": aggressor.commands.scale if aggressor and aggressor.commands else None})
-    findings.append(Finding("noisy-neighbour", not why, "; ".join(why) or "commands found"))
     return findings
 
 
@@ -149,16 +152,30 @@ def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
             allowed[key] = bool(api.create_self_subject_access_review(review).status.allowed)
         return allowed[key]
 
+    def namespaces(where: str) -> list[str] | str:
+        """Where a need applies, or why the runbook cannot run for lack of it."""
+        if where == "tenants":
+            named = [ref.namespace for ref in profile.spec.tenants.values() if ref.namespace]
+            return named or "no tenant names its namespace (tenants.<name>.namespace)"
+        tier = profile.role(where)
+        if tier is None and where in OPTIONAL_TIERS:
+            return []
+        return [(tier.namespace if tier else None) or spec.namespace]  # the target's defaults otherwise
+
     findings = []
     for runbook, needs in KUBERNETES_NEEDS.items():
-        why = [f"{verb} {resource}{'/' + sub if sub else ''} in {namespace}"
-               for namespace in spec.allowed_namespaces for verb, group, resource, sub in needs
-               if not may(verb, group, resource, sub, namespace)]
+        why: list[str] = []
+        for where, verb, group, resource in needs:
+            found = namespaces(where)
+            if isinstance(found, str):
+                if found not in why:
+                    why.append(found)
+                continue
+            why += [f"not allowed: {verb} {resource} in {namespace}" for namespace in found
+                    if not may(verb, group, resource, "", namespace)]
         if runbook == "restore-drill" and profile.spec.workload.store is None:
             why.append("no workload.store commands")
-        if runbook == "noisy-neighbour" and profile.role("aggressor") is None:
-            why.append("no workload.aggressor tier")
-        findings.append(Finding(runbook, not why, ("not allowed: " + ", ".join(why)) if why else "allowed"))
+        findings.append(Finding(runbook, not why, "; ".join(why) if why else "allowed"))
     return findings
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from drillbook.config import project_root, results_dir, signing_key
-from drillbook.config import state_dir as default_state_dir
 from drillbook.errors import ConfigError
 from drillbook.profile import load_profile
 
@@ -80,32 +79,39 @@ def _kind(value: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(type(value), type(value).__name__)
 
 
+def typed_value(label: str, default: Any, value: Any, shown: str) -> Any:
+    """value as its notebook default's type (an integer becomes a float where the default is one);
+    another kind, a fraction for an integer or a negative number is one ConfigError line."""
+    if isinstance(default, bool) != isinstance(value, bool) or \
+            (isinstance(default, (int, float)) and not isinstance(value, (int, float))) or \
+            (isinstance(default, str) and not isinstance(value, str)):
+        raise ConfigError(f"invalid {label}: {shown} is not {_kind(default)}")
+    if isinstance(default, float):
+        value = float(value)
+    elif isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+        raise ConfigError(f"invalid {label}: {shown} is not an integer")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise ConfigError(f"invalid {label}: {shown} must not be negative")
+    return value
+
+
 def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedProfile | None" = None) -> dict[str, Any]:
     """Defaults (the notebook's, then the target profile's SLOs for this runbook) with overrides
     applied, each converted to its default's type; bad input is a ConfigError."""
     declared = notebook_parameters(path)
     values = {name: parameter.default for name, parameter in declared.items() if name not in INJECTED}
-    if profile is not None:
+    if profile is not None:  # checked the same way when the profile was loaded (profile._check_slos)
         for name, value in profile.spec.slos.get(path.stem, {}).items():
-            values[name] = float(value) if isinstance(values.get(name), float) else value
+            values[name] = typed_value(name, declared[name].default, value, repr(value))
     for name, text in overrides.items():
         if name not in values:
             raise ConfigError(f"unknown parameter {name!r} for {path.stem}; known: {', '.join(values)}")
-        default = values[name]
+        default = declared[name].default
         try:
             value: Any = ast.literal_eval(text) if not isinstance(default, str) else text
         except (ValueError, SyntaxError):
             raise ConfigError(f"invalid {name}: {text!r} is not {_kind(default)}") from None
-        if isinstance(default, bool) != isinstance(value, bool) or \
-                (isinstance(default, (int, float)) and not isinstance(value, (int, float))):
-            raise ConfigError(f"invalid {name}: {text!r} is not {_kind(default)}")
-        if isinstance(default, float):
-            value = float(value)
-        elif isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
-            raise ConfigError(f"invalid {name}: {text!r} is not an integer")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            raise ConfigError(f"invalid {name}: {text!r} must not be negative")
-        values[name] = value
+        values[name] = typed_value(name, default, value, repr(text))
     for name, parameter in declared.items():
         if parameter.help.startswith("required") and values.get(name) in ("", None):
             raise ConfigError(f"{path.stem} needs -p {name}=...: {parameter.help}")
@@ -179,7 +185,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     path = runbook_path(name)
     profile = load_profile(target)
     parameters = check_oncall(path.stem, profile.name, validate_parameters(path, overrides or {}, profile))
-    state = profile.state_dir(sandbox_state) if profile.kind == "sandbox" else default_state_dir(sandbox_state)
+    state = profile.state_dir(sandbox_state)
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
     secrets = workload.secrets()
     target_argument = str(profile.path) if profile.path.is_file() else profile.name

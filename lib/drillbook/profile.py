@@ -205,15 +205,10 @@ class TargetProfile(StrictModel):
     def _kind_fields(self) -> "TargetProfile":
         if self.kind == "kubernetes" and self.kubernetes is None:
             raise ValueError("kind kubernetes needs a kubernetes section (context, namespace, allow-lists)")
-        for role in ROLES:
-            spec = getattr(self.workload, role)
-            if spec is not None and spec.namespace and (
-                    self.kubernetes is None or spec.namespace not in self.kubernetes.allowed_namespaces):
-                raise ValueError(f"workload.{role}.namespace {spec.namespace!r} is not in kubernetes.allowed_namespaces")
-        for tenant, ref in self.tenants.items():
-            if ref.namespace and (self.kubernetes is None or ref.namespace not in self.kubernetes.allowed_namespaces):
-                raise ValueError(f"tenant {tenant}'s namespace {ref.namespace!r} is not in "
-                                 "kubernetes.allowed_namespaces")
+        allowed = self.kubernetes.allowed_namespaces if self.kubernetes else []
+        for where, namespace in self.namespaces():
+            if namespace not in allowed:
+                raise ValueError(f"{where} {namespace!r} is not in kubernetes.allowed_namespaces")
         if self.kind != "kubernetes" and self.kubernetes is not None:
             raise ValueError(f"a kubernetes section is only used with kind kubernetes, not {self.kind}")
         if self.kind != "sandbox":
@@ -231,6 +226,13 @@ class TargetProfile(StrictModel):
                 if spec is not None and spec.commands is None and role != "state_store":
                     raise ValueError(f"kind commands needs workload.{role}.commands")
         return self
+
+    def namespaces(self) -> list[tuple[str, str]]:
+        """Every namespace the profile names outside its own, with the field that names it."""
+        tiers = [(f"workload.{role}.namespace", getattr(self.workload, role).namespace) for role in ROLES
+                 if getattr(self.workload, role) is not None and getattr(self.workload, role).namespace]
+        return tiers + [(f"tenants.{tenant}.namespace", ref.namespace) for tenant, ref in self.tenants.items()
+                        if ref.namespace]
 
     def role(self, role: str) -> Role | None:
         if role not in ROLES:
@@ -277,6 +279,8 @@ class LoadedProfile:
         return (self.folder / self.spec.load.locustfile).resolve()
 
     def state_dir(self, explicit: Path | None = None) -> Path:
+        """Where this target's state lives: explicit, else the sandbox section's folder, else the
+        default (DRILLBOOK_STATE_DIR); other kinds keep their fault and mitigation ledgers there."""
         from drillbook.config import state_dir
 
         if explicit is None and self.spec.sandbox and self.spec.sandbox.state_dir:
@@ -320,7 +324,8 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
 
 
 def _check_slos(spec: TargetProfile, path: Path) -> None:
-    from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path
+    """Each SLO names a runbook's own parameter, with a value its default's type allows."""
+    from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path, typed_value
 
     known = available_runbooks(oncall=True)
     for runbook, thresholds in spec.slos.items():
@@ -330,12 +335,10 @@ def _check_slos(spec: TargetProfile, path: Path) -> None:
         for name, value in thresholds.items():
             if name not in declared or name in INJECTED:
                 raise ConfigError(f"{path.name}: invalid slos.{runbook}.{name}: not a parameter of {runbook}")
-            default = declared[name].default
-            if isinstance(default, bool) != isinstance(value, bool) or \
-                    (isinstance(default, (int, float)) and not isinstance(value, (int, float))) or \
-                    (isinstance(default, str) and not isinstance(value, str)):
-                raise ConfigError(f"{path.name}: invalid slos.{runbook}.{name}: {value!r} is not the type of "
-                                  f"its default {default!r}")
+            try:
+                typed_value(f"slos.{runbook}.{name}", declared[name].default, value, repr(value))
+            except ConfigError as error:
+                raise ConfigError(f"{path.name}: {error}") from None
 
 
 @lru_cache(maxsize=32)

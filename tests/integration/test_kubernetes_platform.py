@@ -27,8 +27,8 @@ def k8s_platform(k8s_cluster, tmp_path, monkeypatch):
     def start(**overrides: object) -> Platform:
         platform = start_platform(k8s_cluster, k8s_cluster.api, tmp_path, **overrides)
         created.append(platform.namespace)
-        for tenant in platform.runtime.tenant_keys:
-            monkeypatch.setenv(f"K8S_{tenant.upper().replace('-', '_')}_KEY", platform.runtime.tenant_keys[tenant])
+        for variable, key in platform.key_env.items():
+            monkeypatch.setenv(variable, key)
         return platform
 
     yield start

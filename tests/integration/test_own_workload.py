@@ -30,17 +30,11 @@ from drillbook.errors import ConfigError
 from drillbook.evidence import verify_path
 from drillbook.execute import execute
 from drillbook.runbook import recorded
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 TINYAGENT = WORKLOADS / "tinyagent.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -106,7 +100,7 @@ def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     started: list[subprocess.Popen] = []
 
     def start(bug: str = "none", verifier: str = "tinyagent") -> TinyAgent:
-        port, admin_port = _free_port(), _free_port()
+        port, admin_port = free_port(), free_port()
         data = tmp_path / f"tinyagent-{len(started)}"
         process = subprocess.Popen(
             [sys.executable, str(TINYAGENT), "serve", "--port", str(port), "--admin-port", str(admin_port),
@@ -302,7 +296,7 @@ def test_a_kubernetes_api_that_does_not_answer_is_reported(tmp_path, monkeypatch
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "drillbook-test",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{_free_port()}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "drillbook-test", "context": {"cluster": "c", "user": "u"}}]}))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))

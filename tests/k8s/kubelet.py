@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -28,18 +27,13 @@ from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from tests.helpers import free_port
 
 Runner = Callable[[dict[str, Any], str, int], "list[str] | None"]  # (pod, address, port) -> argv, or None: no process
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -143,7 +137,7 @@ class ProcessKubelet:
             else:
                 tracked.address = next(f"127.0.0.{n}" for n in range(2, 255) if f"127.0.0.{n}" not in self._in_use)
                 self._in_use.add(tracked.address)
-                tracked.port = declared.container_port if declared is not None else _free_port()
+                tracked.port = declared.container_port if declared is not None else free_port()
             argv = runner(client.ApiClient().sanitize_for_serialization(pod), tracked.address, tracked.port)
         if argv is None:
             tracked.ready, tracked.ready_at = True, time.time()

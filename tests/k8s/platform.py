@@ -8,8 +8,6 @@ its activator scales a Deployment from zero through the API.
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 import time
 import uuid
@@ -22,14 +20,9 @@ from kubernetes import client
 
 from drillbook.config import SandboxConfig
 from drillbook.sandbox.runtime import KubernetesDiscovery, Runtime
+from tests.helpers import free_port
 
 IMAGE = "drillbook/reference-platform:0.1.0"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _deployment(name: str, service: str, replicas: int, runtime: Path, host_port: int | None = None) -> dict:
@@ -49,12 +42,24 @@ def _service(name: str) -> dict:
             "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
 
 
+def reference_platform_runner(pod: dict, address: str, port: int) -> list[str] | None:
+    """A reference-platform pod as the sandbox service its first argument names, configured by
+    the runtime file its DRILLBOOK_RUNTIME variable points at (without one: no process)."""
+    container = pod["spec"]["containers"][0]
+    env = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+    if not env.get("DRILLBOOK_RUNTIME"):
+        return None
+    return [sys.executable, "-m", f"drillbook.sandbox.{container['args'][0]}", "--runtime", env["DRILLBOOK_RUNTIME"],
+            "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
+
+
 @dataclass
 class Platform:
     namespace: str
     profile: Path
     gateway_url: str
     runtime: Runtime
+    key_env: dict[str, str]  # the tenant key variables the profile names, for the caller's environment
 
 
 STORE_OPS = Path(__file__).resolve().parent / "store_ops.py"
@@ -78,12 +83,12 @@ def wait_until(condition: Any, timeout_s: float, what: str) -> None:
 
 
 def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides: Any) -> Platform:
-    """Namespace, runtime, Services and Deployments, all ready; tenant keys are put in this
-    process's environment under the names the written profile gives."""
+    """Namespace, runtime, Services and Deployments, all ready, and a profile for them; the caller
+    puts `key_env` into the environment of whatever runs the profile."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = f"platform-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    gateway_port = _free_port()
+    gateway_port = free_port()
     runtime = Runtime.create(SandboxConfig(**{"tokens_per_second": 200, **overrides}), folder / namespace,
                              gateway_port).model_copy(update={"kubernetes": KubernetesDiscovery(
                                  server=plane.server, token=plane.admin_token, ca_file=str(plane.folder / "ca.crt"),
@@ -108,11 +113,9 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides:
     for name, wanted in (("model-server", 1), ("agent", 2), ("gateway", 1)):
         wait_until(lambda: apps.read_namespaced_deployment(name, namespace).status.ready_replicas == wanted, 90,
                    f"deployment {name} ready")
-    keys: dict[str, dict[str, str]] = {}
-    for tenant, key in runtime.tenant_keys.items():
-        variable = f"K8S_{tenant.upper().replace('-', '_')}_KEY"
-        os.environ[variable] = key
-        keys[tenant] = {"key_env": variable}
+    key_env = {f"K8S_{tenant.upper().replace('-', '_')}_KEY": key for tenant, key in runtime.tenant_keys.items()}
+    keys: dict[str, dict[str, str]] = {tenant: {"key_env": variable}
+                                       for tenant, variable in zip(runtime.tenant_keys, key_env)}
     keys[runtime.config.tenants[-1]]["namespace"] = tenant_namespace
     profile = folder / f"{namespace}.yaml"
     profile.write_text(yaml.safe_dump({
@@ -128,4 +131,4 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides:
                      **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups")}
                         if runtime.config.store == "postgres" else {})},
         "tenants": keys, "delivery": {"verifier": "reference"}}))
-    return Platform(namespace, profile, runtime.gateway_url, runtime)
+    return Platform(namespace, profile, runtime.gateway_url, runtime, key_env)

@@ -59,7 +59,9 @@ def changed(base: dict, path: str, value: object) -> dict:
      "p.yaml: invalid workload.agent.commands.status: Field required"),
     (changed(KUBERNETES, "kubernetes", None), "p.yaml: invalid input: kind kubernetes needs a kubernetes section"),
     (changed(KUBERNETES, "tenants.t.namespace", "kube-system"),
-     "p.yaml: invalid input: tenant t's namespace 'kube-system' is not in kubernetes.allowed_namespaces"),
+     "p.yaml: invalid input: tenants.t.namespace 'kube-system' is not in kubernetes.allowed_namespaces"),
+    (changed(KUBERNETES, "workload.aggressor", {"deployment": "a", "namespace": "default"}),
+     "p.yaml: invalid input: workload.aggressor.namespace 'default' is not in kubernetes.allowed_namespaces"),
     (changed(KUBERNETES, "kubernetes.context", "production"),
      "p.yaml: invalid kubernetes: context 'production' is not in allowed_contexts"),
     (changed(KUBERNETES, "kubernetes.allowed_namespaces", []), "p.yaml: invalid kubernetes.allowed_namespaces"),
@@ -71,7 +73,11 @@ def changed(base: dict, path: str, value: object) -> dict:
     (changed(COMMANDS, "slos", {"cold-start": {"target": "x"}}),
      "p.yaml: invalid slos.cold-start.target: not a parameter of cold-start"),
     (changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": "fast"}}),
-     "p.yaml: invalid slos.cold-start.slo_p95_s: 'fast' is not the type of its default 5.0"),
+     "p.yaml: invalid slos.cold-start.slo_p95_s: 'fast' is not a number"),
+    (changed(COMMANDS, "slos", {"cold-start": {"trials": 2.5}}),
+     "p.yaml: invalid slos.cold-start.trials: 2.5 is not an integer"),
+    (changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": -1}}),
+     "p.yaml: invalid slos.cold-start.slo_p95_s: -1 must not be negative"),
     (["a", "list"], "p.yaml: a profile is a mapping of fields"),
 ])
 def test_each_profile_error_is_one_line_naming_the_field(data, expected):

@@ -16,7 +16,6 @@ from drillbook.cli.app import (
     err_console,
     name_value_pairs,
 )
-from drillbook.config import state_dir
 
 chaos_app = typer.Typer(no_args_is_help=True, help="Chaos Toolkit experiments, rollbacks always.")
 app.add_typer(chaos_app, name="chaos")
@@ -29,7 +28,7 @@ def _target_configuration(target: str, state: Optional[Path]) -> dict:
     from drillbook.targets import target_for
 
     profile = load_profile(target)
-    directory = state_dir(state) if state is not None or profile.kind != "sandbox" else profile.state_dir()
+    directory = profile.state_dir(state)
     target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
     return target_configuration(profile, directory)
 

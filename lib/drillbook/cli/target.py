@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from drillbook.cli.app import StateDirOption, app, console
-from drillbook.config import state_dir
 
 target_app = typer.Typer(no_args_is_help=True, help="Target profiles: where the agent workload runs.")
 app.add_typer(target_app, name="target")
@@ -44,7 +43,7 @@ def check(
     loaded = load_profile(profile)
     if loaded.kind != "sandbox":
         loaded.tenant_keys()  # a missing key variable is bad input: one line, exit 2
-    directory = state_dir(state) if state is not None or loaded.kind != "sandbox" else None
+    directory = loaded.state_dir(state)
     report = check_target(loaded, directory)
     table = Table(title=f"target {report.profile} ({report.kind})")
     table.add_column("check")

@@ -10,21 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from drillbook.errors import ConfigError, StoreUnavailable, TargetUnreachable
-from drillbook.profile import LoadedProfile, RoleCommands
-from drillbook.targets.store import CommandStore, run_command
+from drillbook.errors import ConfigError, TargetUnreachable
+from drillbook.profile import RoleCommands
+from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
 
 
-class CommandsTarget:
+class CommandsTarget(ProfileTarget):
     kind = "commands"
-
-    def __init__(self, profile: LoadedProfile) -> None:
-        self.profile = profile
-        self.name = profile.name
-        self.api = profile.spec.api
-        self.store = CommandStore(profile)
 
     def has(self, role: str) -> bool:
         spec = self.profile.role(role)
@@ -73,33 +67,3 @@ class CommandsTarget:
     def settled(self, role: str) -> bool:
         status = self._status(role)
         return status["desired"] == status["ready"] == status["replicas"]
-
-    def backup_store(self) -> dict[str, Any]:
-        return self.store.backup()
-
-    def restore_store(self, backup: str = "latest") -> dict[str, Any]:
-        return self.store.restore(backup)
-
-    def destroy_store(self) -> None:
-        self.store.destroy()
-
-    def recreate_store(self) -> None:
-        self.store.recreate()
-
-    def store_healthy(self) -> bool:
-        healthy = self.store.healthy()
-        if healthy is not None:
-            return healthy
-        if not self.has("state_store"):
-            raise StoreUnavailable(f"target profile {self.name} gives no way to check the store "
-                                   "(workload.store.healthy or a state_store tier)")
-        return self.ready("state_store") > 0
-
-    def events(self) -> list[dict[str, Any]]:
-        return []
-
-    def gateway(self) -> tuple[str, dict[str, str]]:
-        return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
-
-    def secrets(self) -> list[str]:
-        return list(self.profile.tenant_keys().values())

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from drillbook.errors import ConfigError, StoreUnavailable
+from drillbook.errors import ConfigError
 from drillbook.profile import LoadedProfile
-from drillbook.targets.store import CommandStore
+from drillbook.targets.store import ProfileTarget
 
 
 def check_allowed(context: str, namespace: str, allowed_contexts: list[str], allowed_namespaces: list[str]) -> None:
@@ -61,7 +61,7 @@ def pod_events(pod: Any, role: str) -> list[dict[str, Any]]:
              "replica": pod.metadata.name} for kind, value in times.items() if value]
 
 
-class KubernetesTarget:
+class KubernetesTarget(ProfileTarget):
     kind = "kubernetes"
 
     def __init__(self, profile: LoadedProfile) -> None:
@@ -73,12 +73,9 @@ class KubernetesTarget:
             tier = profile.role(role)
             if tier is not None and tier.namespace:
                 check_allowed(spec.context, tier.namespace, spec.allowed_contexts, spec.allowed_namespaces)
-        self.profile = profile
-        self.name = profile.name
-        self.api = profile.spec.api
+        super().__init__(profile)
         self.context, self.namespace = spec.context, spec.namespace
         self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
-        self.store = CommandStore(profile)
         # Import the client libraries now, in the caller's thread: importing them from two threads
         # at once (a readiness watch beside a chaos action) trips over requests' circular imports.
         import chaosk8s.deployment.actions  # noqa: F401
@@ -148,54 +145,16 @@ class KubernetesTarget:
 
         scale_deployment(self.deployment(role), replicas, ns=self.namespace_of(role), secrets=self.chaos_secrets)
 
-    def backup_store(self) -> dict[str, Any]:
-        return self.store.backup()
-
-    def restore_store(self, backup: str = "latest") -> dict[str, Any]:
-        return self.store.restore(backup)
-
-    def destroy_store(self) -> None:
-        self.store.destroy()
-
-    def recreate_store(self) -> None:
-        self.store.recreate()
-
-    def store_healthy(self) -> bool:
-        healthy = self.store.healthy()
-        if healthy is not None:
-            return healthy
-        if not self.has("state_store"):
-            raise StoreUnavailable(f"target profile {self.name} gives no way to check the store "
-                                   "(workload.store.healthy or a state_store tier)")
-        return self.ready("state_store") > 0
-
     def events(self) -> list[dict[str, Any]]:
         """Replica lifecycle events from the pods of the agent and inference tiers: scheduled,
         started and ready, from the pod's conditions and container state (one-second resolution),
         or from a kubelet's precise drillbook.dev/*-at annotations where it writes them."""
-        from kubernetes import client
-
-        core = client.CoreV1Api(self._client())
-        found: list[dict[str, Any]] = []
-        for role in ("agent", "inference"):
-            if not self.has(role):
-                continue
-            for pod in core.list_namespaced_pod(self.namespace_of(role), label_selector=self.selector(role)).items:
-                found += pod_events(pod, role)
+        found = [event for role in ("agent", "inference") if self.has(role)
+                 for pod in self._live_pods(role) for event in pod_events(pod, role)]
         return sorted(found, key=lambda event: event["t"])
 
     def replica_urls(self, role: str) -> list[str]:
         """http://podIP:port of the role's ready pods (for reading their metrics)."""
-        from kubernetes import client
-
-        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
-                                                                   label_selector=self.selector(role)).items
-        return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}" for pod in pods
-                if pod.status.pod_ip and pod.spec.containers[0].ports and pod.metadata.deletion_timestamp is None
-                and _pod_ready(pod)]
-
-    def gateway(self) -> tuple[str, dict[str, str]]:
-        return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
-
-    def secrets(self) -> list[str]:
-        return list(self.profile.tenant_keys().values())
+        return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}"
+                for pod in self._live_pods(role)
+                if pod.status.pod_ip and pod.spec.containers[0].ports and _pod_ready(pod)]

@@ -33,51 +33,92 @@ def run_command(line: str, cwd: Path, timeout_s: float, what: str, **fields: Any
 
 
 class CommandStore:
-    """backup / restore / destroy / healthy of a state store, from a profile's workload.store."""
+    """backup / restore / destroy / recreate / healthy of a state store, from a profile's workload.store."""
 
     def __init__(self, profile: LoadedProfile) -> None:
         self.profile = profile
         self.commands: StoreCommands | None = profile.spec.workload.store
 
-    def _need(self, what: str) -> StoreCommands:
-        if self.commands is None:
-            raise StoreUnavailable(f"{what}: target profile {self.profile.name} has no workload.store commands")
-        return self.commands
-
-    def _run(self, line: str, what: str, **fields: Any) -> str:
-        return run_command(line, self.profile.folder, self._need(what).timeout_s, what, **fields)
+    def _run(self, field: str, what: str, **fields: Any) -> str:
+        """Run workload.store.<field>; a profile without it is a StoreUnavailable naming the field."""
+        line = getattr(self.commands, field) if self.commands is not None else None
+        if not line:
+            raise StoreUnavailable(f"{what}: target profile {self.profile.name} has no workload.store.{field} command")
+        assert self.commands is not None
+        return run_command(line, self.profile.folder, self.commands.timeout_s, what, **fields)
 
     def backup(self) -> dict[str, Any]:
         started = time.time()
-        output = self._run(self._need("backup").backup, "backup")
-        lines = [line for line in output.splitlines() if line.strip()]
+        lines = [line for line in self._run("backup", "backup").splitlines() if line.strip()]
         return {"created": True, "backup": lines[-1].strip() if lines else "latest", "took_s": time.time() - started}
 
     def restore(self, backup: str = "latest") -> dict[str, Any]:
         started = time.time()
-        self._run(self._need("restore").restore, "restore", backup=backup)
+        self._run("restore", "restore", backup=backup)
         return {"restored": backup, "took_s": time.time() - started}
 
     def destroy(self) -> None:
-        commands = self._need("destroying the store")
-        if not commands.destroy:
-            raise StoreUnavailable(f"destroying the store: target profile {self.profile.name} has no "
-                                   "workload.store.destroy command")
-        self._run(commands.destroy, "destroying the store")
+        self._run("destroy", "destroying the store")
 
     def recreate(self) -> None:
-        commands = self._need("re-creating the store")
-        if not commands.recreate:
-            raise StoreUnavailable(f"re-creating the store: target profile {self.profile.name} has no "
-                                   "workload.store.recreate command")
-        self._run(commands.recreate, "re-creating the store")
+        self._run("recreate", "re-creating the store")
 
     def healthy(self) -> bool | None:
         """True/False from the healthy command; None when the profile has none."""
         if self.commands is None or not self.commands.healthy:
             return None
         try:
-            self._run(self.commands.healthy, "store health")
+            self._run("healthy", "store health")
             return True
         except StoreUnavailable:
             return False
+
+
+class ProfileTarget:
+    """What every target a profile describes in full (kubernetes, commands) shares: gateway and
+    tenant keys from the profile, and the restore procedure from its store commands. Subclasses
+    give kind, has, ready and the rest of the Target protocol."""
+
+    kind = ""
+
+    def __init__(self, profile: LoadedProfile) -> None:
+        self.profile = profile
+        self.name = profile.name
+        self.api = profile.spec.api
+        self.store = CommandStore(profile)
+
+    def has(self, role: str) -> bool:
+        raise NotImplementedError
+
+    def ready(self, role: str) -> int:
+        raise NotImplementedError
+
+    def backup_store(self) -> dict[str, Any]:
+        return self.store.backup()
+
+    def restore_store(self, backup: str = "latest") -> dict[str, Any]:
+        return self.store.restore(backup)
+
+    def destroy_store(self) -> None:
+        self.store.destroy()
+
+    def recreate_store(self) -> None:
+        self.store.recreate()
+
+    def store_healthy(self) -> bool:
+        healthy = self.store.healthy()
+        if healthy is not None:
+            return healthy
+        if not self.has("state_store"):
+            raise StoreUnavailable(f"target profile {self.name} gives no way to check the store "
+                                   "(workload.store.healthy or a state_store tier)")
+        return self.ready("state_store") > 0
+
+    def events(self) -> list[dict[str, Any]]:
+        return []
+
+    def gateway(self) -> tuple[str, dict[str, str]]:
+        return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
+
+    def secrets(self) -> list[str]:
+        return list(self.profile.tenant_keys().values())

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from tests.helpers import free_port
 
 VERSION = "1.20.2"
 CONTEXT = "drillbook-test"
@@ -40,12 +40,6 @@ def cache_bin() -> Path:
 def binaries_present() -> bool:
     return all((cache_bin() / tool).is_file() for tool in ("etcd", "kube-apiserver", "kube-controller-manager",
                                                            "kube-scheduler"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _write_pki(folder: Path) -> None:
