@@ -5,8 +5,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[1]  # the checkout the tests run from
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 15.0, interval: float = 0.05) -> object:

@@ -168,19 +168,13 @@ def parse_duration(text: str, what: str = "duration") -> float:
     return hours * 3600 + minutes * 60 + seconds
 
 
-def project_root() -> Path:
-    """Where runbooks/, experiments/, loadtests/ and the rest live.
-
-    $DRILLBOOK_HOME if set; else the source tree this package was installed from (editable
-    installs); else the current directory.
-    """
+def project_dir() -> Path:
+    """The user's project folder, searched before drillbook's shipped files (drillbook.project):
+    $DRILLBOOK_HOME, else the current folder."""
     configured = os.environ.get(ENV_HOME)
     if configured:
         return Path(configured).expanduser().resolve()
-    source = Path(__file__).resolve().parents[2]
-    if (source / "loadtests").is_dir() and (source / "pyproject.toml").exists():
-        return source
-    return Path.cwd()
+    return Path.cwd().resolve()
 
 
 class LoadOptions(StrictModel):
@@ -207,11 +201,12 @@ ENV_SIGNING_KEY = "DRILLBOOK_SIGNING_KEY"
 
 
 def results_dir(explicit: Path | None = None) -> Path:
-    """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project."""
+    """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project
+    folder (the current folder unless $DRILLBOOK_HOME names another)."""
     if explicit is not None:
         return explicit.expanduser().resolve()
     configured = os.environ.get(ENV_RESULTS)
-    return Path(configured).expanduser().resolve() if configured else project_root() / "results"
+    return Path(configured).expanduser().resolve() if configured else project_dir() / "results"
 
 
 def default_signing_key_path() -> Path:

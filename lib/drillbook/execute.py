@@ -12,13 +12,15 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from drillbook.config import project_root, results_dir, signing_key
+from drillbook import project
+from drillbook.config import project_dir, results_dir, signing_key
 from drillbook.errors import ConfigError
 from drillbook.profile import load_profile
 
@@ -26,28 +28,18 @@ if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
 
 INJECTED = ("target", "drillbook_work_dir", "drillbook_state_dir")
+PARAMETER_LINE = re.compile(r"^(\w+)\s*[:=]")
 HERMETIC_DIRS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR")
 
 
 def runbook_path(name: str) -> Path:
-    candidate = Path(name)
-    if candidate.suffix == ".ipynb" and candidate.is_file():
-        return candidate.resolve()
-    for folder in ("runbooks", "runbooks/oncall"):
-        path = project_root() / folder / f"{name}.ipynb"
-        if path.is_file():
-            return path
-    raise ConfigError(f"unknown runbook {name!r}; known: {', '.join(available_runbooks(oncall=True))}")
+    """A runbook name (drills in runbooks/, on-call runbooks in runbooks/oncall/) or a notebook path."""
+    return project.find(project.RUNBOOKS, name)
 
 
 def available_runbooks(oncall: bool = False) -> list[str]:
     """The drills in runbooks/ (and, with oncall, the on-call runbooks in runbooks/oncall/)."""
-    folders = ["runbooks", "runbooks/oncall"] if oncall else ["runbooks"]
-    names = []
-    for name in folders:
-        folder = project_root() / name
-        names += [p.stem for p in folder.glob("*.ipynb")] if folder.is_dir() else []
-    return sorted(names)
+    return project.names(project.RUNBOOKS if oncall else project.DRILLS)
 
 
 @dataclass(frozen=True)
@@ -58,20 +50,29 @@ class Parameter:
 
 
 def notebook_parameters(path: Path) -> dict[str, Parameter]:
-    """The `name = literal  # help` lines of the cell tagged `parameters`."""
+    """The `name: type = literal  # help` lines of the cell tagged `parameters`, as papermill's own
+    inspection reads them (so `papermill --help-notebook` shows the same)."""
     import nbformat
+    from papermill.inspection import inspect_notebook
 
     notebook = nbformat.read(str(path), as_version=4)
     cell = next((c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
     if cell is None:
         raise ConfigError(f"{path.name} has no cell tagged 'parameters'")
+    inspected = inspect_notebook(str(path))
+    for line in cell.source.splitlines():  # papermill skips a line it cannot read, with a warning only
+        name = PARAMETER_LINE.match(line)
+        if line.strip() and not line.lstrip().startswith("#") and (not name or name[1] not in inspected):
+            raise ConfigError(f"{path.name}: parameters cell line {line.strip()!r} is not "
+                              "`name: type = literal  # help` (one '=' per line)")
     found = {}
-    for line in cell.source.splitlines():
-        code, _, comment = line.partition("#")
-        if "=" not in code:
-            continue
-        name, _, value = code.partition("=")
-        found[name.strip()] = Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip())
+    for name, declared in inspected.items():
+        try:
+            default = ast.literal_eval(declared["default"])
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"{path.name}: parameter {name} must default to a literal, "
+                              f"not {declared['default']}") from None
+        found[name] = Parameter(name, default, declared["help"])
     return found
 
 
@@ -134,16 +135,40 @@ def check_oncall(runbook: str, target_name: str, parameters: dict[str, Any]) -> 
     return checked
 
 
+KERNEL_NAME = "drillbook"
+
+
 @contextmanager
-def hermetic(folder: Path) -> Iterator[None]:
-    """Point Jupyter, IPython and matplotlib at folder for the duration (the kernel inherits it)."""
-    saved = {name: os.environ.get(name) for name in HERMETIC_DIRS}
+def hermetic(folder: Path) -> Iterator[dict[str, Any]]:
+    """For the duration: Jupyter, IPython and matplotlib write under folder, not $HOME; the kernel
+    is this interpreter (a kernelspec of its own, so no other Python's `python3` kernel can stand
+    in for it), talks to us over Unix sockets in folder (not loopback TCP), and finds runbooks,
+    experiments and profiles in the same project folder as this process. Yields the keyword
+    arguments for papermill that select that kernel."""
+    import sys
+
+    from traitlets.config import Config
+
+    from drillbook.config import ENV_HOME, project_dir
+
+    overrides = {name: str(folder / name.lower()) for name in HERMETIC_DIRS}
+    overrides[ENV_HOME] = str(project_dir())
+    saved = {name: os.environ.get(name) for name in overrides}
+    spec = folder / "jupyter_data_dir" / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python {sys.version_info.major}.{sys.version_info.minor} (drillbook)",
+        "language": "python"}))
+    kernel = Config()
+    kernel.KernelManager.transport = "ipc"
+    kernel.KernelManager.ip = str(folder / "kernel")  # sockets kernel-1..5; short: AF_UNIX paths stop at 107
     try:
-        for name in HERMETIC_DIRS:
-            path = folder / name.lower()
-            path.mkdir(parents=True, exist_ok=True)
-            os.environ[name] = str(path)
-        yield
+        for name, value in overrides.items():
+            if name in HERMETIC_DIRS:
+                Path(value).mkdir(parents=True, exist_ok=True)
+            os.environ[name] = value
+        yield {"kernel_name": KERNEL_NAME, "config": kernel}
     finally:
         for name, value in saved.items():
             if value is None:
@@ -170,10 +195,11 @@ def render_html(notebook_path: Path) -> str:
 
 def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None = None,
             results: Path | None = None, sandbox_state: Path | None = None,
-            execution_timeout: int = 1800) -> ExecutedRun:
+            execution_timeout: int = 1800, on_start: Callable[[Path], None] | None = None) -> ExecutedRun:
     """Run one runbook with Papermill and seal everything it produced as one evidence bundle.
 
     target: a profile name from targets/ or a path to a profile.
+    on_start: called with the bundle's folder once the target answered, before the kernel starts.
     """
     import papermill
 
@@ -189,17 +215,19 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
     secrets = workload.secrets()
     target_argument = str(profile.path) if profile.path.is_file() else profile.name
-    with tempfile.TemporaryDirectory(prefix=f"drillbook-run-{path.stem}-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="drillbook-run-") as scratch:
         work = Path(scratch) / "work"
         work.mkdir()
         executed = Path(scratch) / "runbook.ipynb"
         with BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=secrets,
-                          signing_key=signing_key(), project_root=project_root()) as bundle:
+                          signing_key=signing_key(), project_root=project_dir()) as bundle:
             error: str | None = None
-            with hermetic(Path(scratch) / "home"):
+            if on_start:
+                on_start(bundle.path)
+            with hermetic(Path(scratch) / "home") as kernel:
                 try:
                     papermill.execute_notebook(
-                        str(path), str(executed), kernel_name="python3", progress_bar=False, cwd=str(work),
+                        str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
                         execution_timeout=execution_timeout, log_output=False,
                         parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
                                     "drillbook_state_dir": str(state)})

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import yaml
 from pydantic import Field, ValidationError
 
-from drillbook.config import StrictModel, project_root, results_dir, signing_key, validation_line
+from drillbook import project
+from drillbook.config import StrictModel, project_dir, results_dir, signing_key, validation_line
 from drillbook.errors import ConfigError, GameDayLocked
 from drillbook.profile import load_profile
 
@@ -34,15 +35,8 @@ class GameDayPlan(StrictModel):
 
 
 def plan_path(name_or_path: str | None) -> Path:
-    if name_or_path is None:
-        return project_root() / "gamedays" / "default.yaml"
-    candidate = Path(name_or_path)
-    if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
-        return candidate
-    named = project_root() / "gamedays" / f"{name_or_path}.yaml"
-    if named.is_file():
-        return named
-    raise ConfigError(f"unknown game-day plan {name_or_path!r} (a name in gamedays/ or a YAML file)")
+    """A plan name from gamedays/ (default: default) or a path to a plan."""
+    return project.find(project.PLANS, name_or_path or "default")
 
 
 def load_plan(path: Path, target: str | None = None) -> GameDayPlan:
@@ -73,6 +67,18 @@ def load_plan(path: Path, target: str | None = None) -> GameDayPlan:
     return plan
 
 
+def gameday_verdict(verdicts: list[str]) -> tuple[str, str]:
+    """A game day FAILs when a runbook showed a failure, is ERROR when a runbook could not judge
+    (crashed, errored, aborted) and none failed, and PASSes only when every runbook passed."""
+    counts = {verdict: verdicts.count(verdict) for verdict in dict.fromkeys(verdicts)}
+    reason = ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+    if "FAIL" in counts:
+        return "FAIL", reason
+    if any(verdict != "PASS" for verdict in counts) or not verdicts:
+        return "ERROR", reason or "no runbook ran"
+    return "PASS", reason
+
+
 @dataclass
 class GameDayResult:
     plan: GameDayPlan
@@ -80,8 +86,12 @@ class GameDayResult:
     summary_bundle: Path
 
     @property
+    def verdict(self) -> str:
+        return gameday_verdict([verdict for _, verdict, _ in self.runs])[0]
+
+    @property
     def passed(self) -> bool:
-        return all(verdict == "PASS" for _, verdict, _ in self.runs)
+        return self.verdict == "PASS"
 
 
 class TargetLock:
@@ -140,7 +150,9 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
         summary = RunSummary.judge(f"gameday-{plan.name}", "gameday",
                                    {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs]},
                                    checks)
+        verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
+        summary = summary.model_copy(update={"verdict": verdict, "reason": reason})
         with BundleWriter(results_dir(results), f"gameday-{plan.name}", profile.name, plan.model_dump(),
-                          signing_key=signing_key(), project_root=project_root()) as bundle:
+                          signing_key=signing_key(), project_root=project_dir()) as bundle:
             bundle.write_json("summary.json", summary.to_json())
     return GameDayResult(plan, runs, bundle.path)

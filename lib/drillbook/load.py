@@ -23,7 +23,8 @@ from typing import Callable
 
 import pandas as pd
 
-from drillbook.config import LoadOptions, project_root
+from drillbook import project
+from drillbook.config import LoadOptions
 from drillbook.delivery import Receipt, read_receipts
 from drillbook.errors import ConfigError, LoadRunOverran
 from drillbook.profile import AgentApi, format_tenant_keys
@@ -45,16 +46,7 @@ PHASE_SETTINGS = ("baseline", "burst", "recovery")
 
 def locustfile_for(profile: str) -> Path:
     """A profile name from loadtests/ (dashes or underscores), or a path to a locustfile."""
-    candidate = Path(profile)
-    if candidate.suffix == ".py" and candidate.is_file():
-        return candidate.resolve()
-    folder = project_root() / "loadtests"
-    named = folder / (profile.replace("-", "_") + ".py")
-    if named.is_file():
-        return named
-    known = sorted(p.stem.replace("_", "-") for p in folder.glob("*.py")) if folder.is_dir() else []
-    raise ConfigError(f"unknown load profile {profile!r}; known: {', '.join(known) or 'none found'} "
-                      f"(or give a path to a locustfile)")
+    return project.find(project.LOAD_PROFILES, profile)
 
 
 def profile_env(settings: dict[str, str], run_time_s: float) -> dict[str, str]:

@@ -27,7 +27,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from drillbook.config import StrictModel, project_root, validation_line
+from drillbook import project
+from drillbook.config import StrictModel, validation_line
 from drillbook.errors import ConfigError
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -290,21 +291,11 @@ class LoadedProfile:
 
 def profile_path(name_or_path: str) -> Path:
     """A profile name from targets/ or a path to a YAML file."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in {".yaml", ".yml"}:
-        if candidate.is_file():
-            return candidate.resolve()
-        raise ConfigError(f"target profile {name_or_path} does not exist")
-    named = project_root() / "targets" / f"{name_or_path}.yaml"
-    if named.is_file():
-        return named
-    raise ConfigError(f"unknown target {name_or_path!r}; known: {', '.join(available_profiles()) or 'none'} "
-                      "(or a path to a profile YAML)")
+    return project.find(project.TARGETS, name_or_path)
 
 
 def available_profiles() -> list[str]:
-    folder = project_root() / "targets"
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return project.names(project.TARGETS)
 
 
 def parse_profile(text: str, path: Path) -> LoadedProfile:
@@ -354,9 +345,5 @@ def load_profile(name_or_path: str) -> LoadedProfile:
 
 
 def builtin_sandbox() -> LoadedProfile:
-    """The sandbox profile: targets/sandbox.yaml where the project has one, else its defaults."""
-    path = project_root() / "targets" / "sandbox.yaml"
-    if path.is_file():
-        return load_profile(str(path))
-    return LoadedProfile(TargetProfile(name="sandbox", kind="sandbox", delivery=Delivery(verifier="reference")),
-                         path)
+    """The sandbox profile: targets/sandbox.yaml (the project's own, else the shipped one)."""
+    return load_profile("sandbox")

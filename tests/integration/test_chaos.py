@@ -17,9 +17,8 @@ import yaml
 from drillbook.chaos import run
 from drillbook.chaos.runner import parameters_for, sandbox_configuration
 from drillbook.chaos.scenarios import SCENARIOS
-from drillbook.config import project_root
 from drillbook.errors import ConfigError
-from tests.helpers import wait_for
+from tests.helpers import REPOSITORY, wait_for
 
 pytestmark = pytest.mark.integration
 EXPERIMENTS = sorted(SCENARIOS)
@@ -38,7 +37,7 @@ def replicas(handle) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_passes_chaos_validate_and_matches_its_parameters(name, tmp_path):
-    path = project_root() / "experiments" / f"{name}.yaml"
+    path = REPOSITORY / "experiments" / f"{name}.yaml"
     result = subprocess.run([sys.executable, "-m", "chaostoolkit", "--no-version-check", "--log-file",
                              str(tmp_path / "chaos.log"), "validate", str(path)], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)

@@ -18,7 +18,7 @@ from drillbook.access import check_target
 from drillbook.errors import ConfigError
 from drillbook.profile import load_profile
 from drillbook.targets import target_for
-from tests.helpers import wait_for
+from tests.helpers import REPOSITORY, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -211,10 +211,9 @@ def test_shedding_a_tenant_on_kubernetes_lowers_its_namespace_quota_and_the_undo
 def test_the_deploy_manifests_apply_to_the_test_cluster_where_v1_20_serves_them(k8s_cluster):
     from kubernetes import utils
 
-    from drillbook.config import project_root
     from tests.unit.test_deploy import kustomized
 
-    documents = kustomized(project_root() / "deploy")
+    documents = kustomized(REPOSITORY / "deploy")
     newer = {("policy/v1", "PodDisruptionBudget"), ("batch/v1", "CronJob")}  # v1.20 serves only their betas
     ordered = sorted(documents, key=lambda d: d["kind"] != "Namespace")
     core, apps = client.CoreV1Api(k8s_cluster.api), client.AppsV1Api(k8s_cluster.api)

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from drillbook.execute import execute
 from drillbook.runbook import recorded
-from tests.helpers import wait_for
+from tests.helpers import REPOSITORY, wait_for
 from tests.k8s.platform import Platform, start_platform
 
 pytestmark = pytest.mark.integration
@@ -109,12 +109,11 @@ def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgre
 
 
 def test_the_kubernetes_game_day_plan_on_the_test_cluster(k8s_cluster, k8s_platform, pg_dsn, tmp_path):
-    from drillbook.config import project_root
     from drillbook.evidence import verify_path
     from drillbook.gameday import run_gameday
 
     platform = k8s_platform(store="postgres", dsn=pg_dsn)
-    result = run_gameday(project_root() / "gamedays" / "kubernetes.yaml", tmp_path / "state", tmp_path / "results",
+    result = run_gameday(REPOSITORY / "gamedays" / "kubernetes.yaml", tmp_path / "state", tmp_path / "results",
                          target=str(platform.profile))
     assert [(runbook, verdict) for runbook, verdict, _ in result.runs] == [
         ("ha-replica-loss", "PASS"), ("noisy-neighbour", "PASS"), ("cold-start", "PASS"),

@@ -39,6 +39,12 @@ def test_committed_notebooks_are_thin_and_have_no_outputs(name):
     assert len(tagged) == 1
     for line in tagged[0].source.splitlines():
         assert "=" in line and "#" in line, f"parameter line without help: {line!r}"
+    # papermill's own reading (--help-notebook) sees every parameter, typed
+    from papermill.inspection import inspect_notebook
+
+    inspected = inspect_notebook(str(runbook_path(name)))
+    assert len(inspected) == len(tagged[0].source.splitlines())
+    assert {p["inferred_type_name"] for p in inspected.values()} <= {"int", "float", "str", "bool"}
     for cell in notebook.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None

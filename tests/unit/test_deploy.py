@@ -9,7 +9,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from drillbook.config import project_root
+from tests.helpers import REPOSITORY
+
 
 SCHEMA_VERSION = "1.30.0"
 
@@ -28,7 +29,7 @@ def kustomized(folder: Path) -> list[dict]:
     return documents
 
 
-DOCUMENTS = kustomized(project_root() / "deploy")
+DOCUMENTS = kustomized(REPOSITORY / "deploy")
 
 
 def by_kind(kind: str) -> list[dict]:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drillbook.config import project_root
 from drillbook.errors import ConfigError
 from drillbook.execute import notebook_parameters, runbook_path, validate_parameters
 from drillbook.profile import AgentApi, builtin_sandbox, load_profile, parse_profile
+from tests.helpers import REPOSITORY
 
 COMMANDS = {"name": "harness", "kind": "commands", "workload": {"gateway_url": "http://127.0.0.1:8080"},
             "tenants": {"team-a": {"key_env": "TEAM_A_KEY"}}}
@@ -112,7 +112,7 @@ def test_unknown_targets_list_the_known_ones():
 def test_shipped_profiles_and_examples_validate(monkeypatch):
     for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY"):
         monkeypatch.setenv(variable, "k")
-    paths = sorted((project_root() / "targets").rglob("*.yaml"))
+    paths = sorted((REPOSITORY / "targets").rglob("*.yaml"))
     assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml"}
     for path in paths:
         profile = load_profile(str(path))

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
 from drillbook.chaos.scenarios import SCENARIOS
-from drillbook.config import project_root, validation_line
+from drillbook import project
+from drillbook.config import validation_line
 from drillbook.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,13 +41,7 @@ INJECTED_PREFIX = "drillbook_"
 
 def experiment_path(name_or_path: str) -> Path:
     """A scenario name from experiments/ or a path to an experiment file."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in {".yaml", ".yml", ".json"} and candidate.is_file():
-        return candidate.resolve()
-    named = project_root() / "experiments" / f"{name_or_path}.yaml"
-    if named.is_file():
-        return named
-    raise ConfigError(f"unknown experiment {name_or_path!r}; known: {', '.join(SCENARIOS)} (or a path to a file)")
+    return project.find(project.EXPERIMENTS, name_or_path)
 
 
 def load(path: Path) -> dict[str, Any]:

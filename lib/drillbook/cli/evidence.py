@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from drillbook.cli.app import app, console
 
@@ -91,17 +92,23 @@ def list_command(path: Optional[Path] = typer.Argument(None, help="Results folde
     from drillbook.config import results_dir
     from drillbook.evidence import list_bundles
 
-    rows = list_bundles(path.resolve() if path else results_dir())
+    target = path.resolve() if path else results_dir()
+    rows = list_bundles(target)
     if not rows:
-        console.print("no evidence bundles yet")
+        console.print(f"no evidence bundles in {target}")
         return
-    table = Table(title=f"{len(rows)} bundles")
-    for column in ("finished (UTC)", "runbook", "target", "verdict", "bundle"):
-        table.add_column(column)
+    table = Table(title=f"{len(rows)} bundles in {target}, newest first", title_justify="left")
+    shown = rows[:limit]
+    # the bundle id (start time, runbook, target, run id) is what people copy: never cut or wrapped
+    table.add_column("bundle", no_wrap=True, min_width=max(len(row.name) for row in shown))
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("reason", overflow="fold")
     colours = {"PASS": "green", "FAIL": "red", "ERROR": "red", "ABORTED": "yellow", "UNSEALED": "yellow"}
-    for row in rows[:limit]:
+    for row in shown:
         colour = colours.get(row.verdict, "white")
-        table.add_row(row.finished_at[:19], row.runbook, row.target, f"[{colour}]{row.verdict}[/]", row.name)
+        table.add_row(row.name, Text(row.verdict, style=colour), Text(row.reason))
     console.print(table)
+    if len(rows) > limit:
+        console.print(f"{len(rows) - limit} older bundles not shown (--limit)")
 
 

@@ -20,22 +20,28 @@ def gameday_command(
     state: Optional[Path] = StateDirOption,
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
+    from drillbook.config import results_dir
     from drillbook.gameday import load_plan, plan_path, run_gameday
 
     path = plan_path(plan)
-    load_plan(path, target)  # the whole plan is checked before anything runs
+    checked = load_plan(path, target)  # the whole plan is checked before anything runs
+    err_console.print(f"[dim]…[/] game day {checked.name} ({path}) on {checked.target}; "
+                      f"evidence in {results_dir(results)}", soft_wrap=True)
     result = run_gameday(
         path, state_dir(state), results, target=target,
         on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
         on_done=lambda name, verdict, bundle: err_console.print(
             f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
     table = Table(title=f"game day {result.plan.name} on {result.plan.target}")
-    for column in ("runbook", "verdict", "evidence"):
-        table.add_column(column, overflow="fold")
+    table.add_column("runbook")
+    table.add_column("verdict")
+    table.add_column(f"evidence (in {result.summary_bundle.parent})", no_wrap=True)
     for runbook, verdict, bundle in result.runs:
         colour = "green" if verdict == "PASS" else "red"
-        table.add_row(runbook, f"[{colour}]{verdict}[/]", str(bundle))
+        table.add_row(runbook, f"[{colour}]{verdict}[/]", bundle.name)
     console.print(table)
-    console.print(f"game-day summary: {result.summary_bundle}")
+    colour = "green" if result.passed else "red"
+    console.print(f"game day {result.plan.name}: [{colour}]{result.verdict}[/]  summary {result.summary_bundle}",
+                  soft_wrap=True)
     if not result.passed:
         raise typer.Exit(1)

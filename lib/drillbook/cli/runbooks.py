@@ -16,6 +16,7 @@ from drillbook.cli.app import (
     name_value_pairs,
 )
 from drillbook.config import state_dir
+from drillbook.evidence.summary import figure
 
 
 @app.command("run")
@@ -37,6 +38,9 @@ def run_command(
     )
 
     if runbook is None:
+        from drillbook import project
+
+        project.require_names(project.RUNBOOKS)
         drills = available_runbooks()
         oncall = [name for name in available_runbooks(oncall=True) if name not in drills]
         for title, names in (("drills (runbooks/)", drills), ("on-call runbooks (runbooks/oncall/)", oncall)):
@@ -57,14 +61,16 @@ def run_command(
     # bad input stops here, before a kernel starts: the runbook, its parameters, the profile
     profile = load_profile(target)
     check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
-    err_console.print(f"[dim]…[/] running {runbook} on {target}")
-    executed = execute(runbook, target, overrides, results, state_dir(state))
+    executed = execute(runbook, target, overrides, results, state_dir(state),
+                       on_start=lambda bundle: err_console.print(
+                           f"[dim]…[/] running {runbook} on {target}; evidence in {bundle}", soft_wrap=True))
     colour = "green" if executed.verdict == "PASS" else "red"
     console.print(f"{executed.runbook}: [{colour}]{executed.verdict}[/]  evidence {executed.bundle}")
     for check in executed.summary.get("checks", []):
         mark = "pass" if check["passed"] else "FAIL"
-        console.print(f"  {mark}  {check['name']}: {check['value']} {check['comparison']} {check['threshold']}"
-                      f"{check.get('unit', '')}", markup=False)
+        unit = check.get("unit", "")
+        console.print(f"  {mark}  {check['name']}: {figure(check['value'], unit)} {check['comparison']} "
+                      f"{figure(check['threshold'], unit)}", markup=False)
     if executed.summary.get("reason") and executed.verdict != "PASS":
         console.print(f"  {executed.summary['reason']}", markup=False)
     if executed.verdict != "PASS":

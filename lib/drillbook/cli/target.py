@@ -16,15 +16,18 @@ app.add_typer(target_app, name="target")
 
 @target_app.command("list")
 def list_targets() -> None:
-    """The profiles in targets/."""
+    """The profiles in targets/ of the project folder and those drillbook ships."""
     from drillbook.profile import available_profiles, load_profile
 
-    table = Table(title="target profiles (targets/)")
-    for column in ("name", "kind", "description"):
-        table.add_column(column)
+    from drillbook import project
+
+    project.require_names(project.TARGETS)
+    table = Table(title="target profiles (the project folder's targets/, then drillbook's own)")
+    for column in ("name", "kind", "description", "file"):
+        table.add_column(column, overflow="fold")
     for name in available_profiles():
         profile = load_profile(name)
-        table.add_row(profile.name, profile.kind, profile.spec.description)
+        table.add_row(profile.name, profile.kind, profile.spec.description, str(profile.path))
     console.print(table)
 
 

@@ -31,6 +31,22 @@ class BundleRow:
             return "UNSEALED"
         return self.summary.verdict if self.summary else ("ERROR" if self.status != "complete" else "—")
 
+    @property
+    def reason(self) -> str:
+        """Why the verdict is what it is, in one line (empty for a plain PASS)."""
+        if self.status == "unsealed":
+            return "never sealed: the run was killed before it could seal its evidence"
+        if self.status == "no manifest":
+            return "no manifest: not a bundle drillbook sealed"
+        if self.summary is None:
+            return f"sealed {self.status} without a summary"
+        if self.status != "complete":
+            return f"sealed {self.status}: {self.summary.reason}" if self.summary.reason else f"sealed {self.status}"
+        if self.summary.reason:
+            return self.summary.reason
+        failed = [check.describe() for check in self.summary.checks if not check.passed]
+        return "; ".join(failed)
+
 
 def read_row(folder: Path) -> BundleRow:
     manifest_path = folder / MANIFEST

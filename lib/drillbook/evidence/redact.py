@@ -19,10 +19,20 @@ URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]{0,30}://)(?P<user>[
                              r"(?P<password>[^@/\s]{1,256})@", re.I)
 DSN_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.I)
 MIN_SECRET_LENGTH = 6
+# The shell's working-folder variables match "pwd" but hold the folder, which is no secret.
+NOT_SECRETS = frozenset({"PWD", "OLDPWD"})
 
 
 def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name))
+
+
+def _secret_variable(name: str, value: str) -> bool:
+    """An environment variable whose value is a secret: a secret name, and not a path that exists
+    (SSH_AUTH_SOCK, XAUTHORITY, DRILLBOOK_SIGNING_KEY name files; the files are never copied)."""
+    if not value or name in NOT_SECRETS or not is_secret_name(name):
+        return False
+    return not (value.startswith("/") and os.path.exists(value))
 
 
 def scrub_credentials(text: str) -> str:
@@ -37,9 +47,9 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> None:
         environ = os.environ if environ is None else environ
         values = {value for value in secrets if value}
-        values |= {value for name, value in environ.items() if is_secret_name(name) and value}
+        values |= {value for name, value in environ.items() if _secret_variable(name, value)}
         for name, value in environ.items():  # tenant=key lists and DSNs in environment variables
-            if is_secret_name(name) and "=" in value:
+            if _secret_variable(name, value) and "=" in value:
                 values |= {part.split("=", 1)[1] for part in value.split(",") if "=" in part}
         self.values = sorted((v for v in values if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True)
 

@@ -12,6 +12,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+def figure(value: float | None, unit: str = "") -> str:
+    """A measured figure as people read it: whole numbers whole, others to three or four
+    significant digits (1.19s, 0.0123, 2345.7ms), never sixteen; None is "not measured"."""
+    if value is None:
+        return "not measured"
+    if float(value).is_integer():
+        shown = str(int(value))
+    elif abs(value) >= 100:
+        shown = f"{value:.1f}"
+    else:
+        shown = f"{value:.3g}"
+    return f"{shown}{unit}"
+
+
 Verdict = Literal["PASS", "FAIL", "ERROR", "ABORTED"]
 Comparison = Literal["<=", "<", ">=", ">", "=="]
 
@@ -34,8 +48,8 @@ class SloCheck(BaseModel):
                 "==": self.value == self.threshold}[self.comparison]
 
     def describe(self) -> str:
-        shown = "not measured" if self.value is None else f"{self.value:g}{self.unit}"
-        return f"{self.name} {shown} {self.comparison} {self.threshold:g}{self.unit}: {'pass' if self.passed else 'FAIL'}"
+        return (f"{self.name} {figure(self.value, self.unit)} {self.comparison} {figure(self.threshold, self.unit)}: "
+                f"{'pass' if self.passed else 'FAIL'}")
 
 
 class RunSummary(BaseModel):

@@ -1,0 +1,115 @@
+"""Where drillbook finds runbooks, experiments, load profiles, game-day plans and target profiles,
+and where evidence goes by default.
+
+Two places are searched, in order: the user's project folder ($DRILLBOOK_HOME, else the current
+folder), then the files shipped with drillbook (`drillbook/shipped/` inside an installed
+package, or the source tree of an editable install). A name found in the project folder shadows
+the shipped one; a path is taken as it is. The kernel of a runbook resolves names the same way:
+`execute` hands it the project folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from drillbook.config import ENV_HOME, project_dir
+from drillbook.errors import ConfigError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of file drillbook looks up by name: where it lives and how it is spelt."""
+
+    label: str
+    folders: tuple[str, ...]
+    suffixes: tuple[str, ...]
+    dashes_for_underscores: bool = False  # loadtests/agent_sessions.py is the profile agent-sessions
+
+    def stem(self, name: str) -> str:
+        return name.replace("-", "_") if self.dashes_for_underscores else name
+
+    def name(self, path: Path) -> str:
+        return path.stem.replace("_", "-") if self.dashes_for_underscores else path.stem
+
+
+DRILLS = Kind("runbook", ("runbooks",), (".ipynb",))
+ONCALL_RUNBOOKS = Kind("on-call runbook", ("runbooks/oncall",), (".ipynb",))
+RUNBOOKS = Kind("runbook", ("runbooks", "runbooks/oncall"), (".ipynb",))
+EXPERIMENTS = Kind("experiment", ("experiments",), (".yaml", ".yml", ".json"))
+LOAD_PROFILES = Kind("load profile", ("loadtests",), (".py",), dashes_for_underscores=True)
+PLANS = Kind("game-day plan", ("gamedays",), (".yaml", ".yml"))
+TARGETS = Kind("target", ("targets",), (".yaml", ".yml"))
+
+
+def shipped_dir() -> Path | None:
+    """The files that come with drillbook: inside the installed package, or the source tree of an
+    editable install; None when neither is there (a broken installation)."""
+    packaged = PACKAGE_DIR / "shipped"
+    if packaged.is_dir():
+        return packaged
+    source = PACKAGE_DIR.parents[1]
+    if (source / "pyproject.toml").is_file() and (source / "runbooks").is_dir():
+        return source
+    return None
+
+
+def search_path() -> list[Path]:
+    """Where names are looked up, first match wins: the project folder, then the shipped files."""
+    roots = [project_dir()]
+    shipped = shipped_dir()
+    if shipped is not None and shipped not in roots:
+        roots.append(shipped)
+    return roots
+
+
+def _searched(kind: Kind) -> str:
+    return ", ".join(str(root / folder) for root in search_path() for folder in kind.folders)
+
+
+def _is_path(kind: Kind, text: str) -> bool:
+    return Path(text).suffix in kind.suffixes or os.sep in text
+
+
+def find(kind: Kind, name_or_path: str) -> Path:
+    """The file a name (looked up in the search path) or a path (taken as it is) stands for;
+    anything not found is one ConfigError line that lists what is known and where it looked."""
+    if _is_path(kind, name_or_path):
+        candidate = Path(name_or_path).expanduser()
+        if candidate.is_file() and candidate.suffix in kind.suffixes:
+            return candidate.resolve()
+        raise ConfigError(f"{kind.label} file {name_or_path} does not exist"
+                          + ("" if candidate.suffix in kind.suffixes or not candidate.is_file()
+                             else f" (expected {' or '.join(kind.suffixes)})"))
+    for root in search_path():
+        for folder in kind.folders:
+            for suffix in kind.suffixes:
+                path = root / folder / f"{kind.stem(name_or_path)}{suffix}"
+                if path.is_file():
+                    return path
+    known = require_names(kind)
+    raise ConfigError(f"unknown {kind.label} {name_or_path!r}; known: {', '.join(known)} "
+                      f"(or a path to a {'/'.join(kind.suffixes)} file)")
+
+
+def names(kind: Kind) -> list[str]:
+    """Every name of this kind in the search path (a project's own shadow the shipped ones)."""
+    found: set[str] = set()
+    for root in search_path():
+        for folder in kind.folders:
+            directory = root / folder
+            if directory.is_dir():
+                found |= {kind.name(p) for p in directory.iterdir() if p.is_file() and p.suffix in kind.suffixes}
+    return sorted(found)
+
+
+def require_names(kind: Kind) -> list[str]:
+    """names(kind), or one ConfigError line when there are none at all."""
+    known = names(kind)
+    if not known:
+        raise ConfigError(f"no {kind.label}s found (searched {_searched(kind)}); "
+                          f"set {ENV_HOME} to your project folder or reinstall drillbook")
+    return known
