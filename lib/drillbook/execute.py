@@ -13,23 +13,29 @@ import ast
 import json
 import os
 import re
+import shutil
 import tempfile
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook import project
 from drillbook.config import project_dir, results_dir, signing_key
 from drillbook.errors import ConfigError
+from drillbook.processes import ProcessLedger
 from drillbook.profile import load_profile
+from drillbook.runbook import PROCESSES
+from drillbook.scenarios import control_of, scenario
 
 if TYPE_CHECKING:
+    from drillbook.evidence import BundleWriter
     from drillbook.profile import LoadedProfile
+    from drillbook.shutdown import Interrupted
+    from drillbook.targets import Target
 
 INJECTED = ("target", "drillbook_work_dir", "drillbook_state_dir")
 PARAMETER_LINE = re.compile(r"^(\w+)\s*[:=]")
-HERMETIC_DIRS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR")
 
 
 def runbook_path(name: str) -> Path:
@@ -116,7 +122,17 @@ def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedP
     for name, parameter in declared.items():
         if parameter.help.startswith("required") and values.get(name) in ("", None):
             raise ConfigError(f"{path.stem} needs -p {name}=...: {parameter.help}")
+    declaration = scenario(path.stem)
+    if declaration is not None:  # the limits that make a result meaningful (zero trials, negative times, ...)
+        declaration.validate(values)
     return values
+
+
+def check_against_target(runbook: str, parameters: dict[str, Any], target: "Target") -> None:
+    """The limits that depend on the target (kill no more replicas than it runs), before anything runs."""
+    declaration = scenario(runbook)
+    if declaration is not None:
+        declaration.check_target(parameters, target)
 
 
 def check_oncall(runbook: str, target_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -133,48 +149,6 @@ def check_oncall(runbook: str, target_name: str, parameters: dict[str, Any]) -> 
         if "incident" in checked and not checked["incident"]:
             raise ConfigError(f"{runbook}: a real run needs -p incident=<reference> (who asked for it, and why)")
     return checked
-
-
-KERNEL_NAME = "drillbook"
-
-
-@contextmanager
-def hermetic(folder: Path) -> Iterator[dict[str, Any]]:
-    """For the duration: Jupyter, IPython and matplotlib write under folder, not $HOME; the kernel
-    is this interpreter (a kernelspec of its own, so no other Python's `python3` kernel can stand
-    in for it), talks to us over Unix sockets in folder (not loopback TCP), and finds runbooks,
-    experiments and profiles in the same project folder as this process. Yields the keyword
-    arguments for papermill that select that kernel."""
-    import sys
-
-    from traitlets.config import Config
-
-    from drillbook.config import ENV_HOME, project_dir
-
-    overrides = {name: str(folder / name.lower()) for name in HERMETIC_DIRS}
-    overrides[ENV_HOME] = str(project_dir())
-    saved = {name: os.environ.get(name) for name in overrides}
-    spec = folder / "jupyter_data_dir" / "kernels" / KERNEL_NAME
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python {sys.version_info.major}.{sys.version_info.minor} (drillbook)",
-        "language": "python"}))
-    kernel = Config()
-    kernel.KernelManager.transport = "ipc"
-    kernel.KernelManager.ip = str(folder / "kernel")  # sockets kernel-1..5; short: AF_UNIX paths stop at 107
-    try:
-        for name, value in overrides.items():
-            if name in HERMETIC_DIRS:
-                Path(value).mkdir(parents=True, exist_ok=True)
-            os.environ[name] = value
-        yield {"kernel_name": KERNEL_NAME, "config": kernel}
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @dataclass(frozen=True)
@@ -200,12 +174,17 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
 
     target: a profile name from targets/ or a path to a profile.
     on_start: called with the bundle's folder once the target answered, before the kernel starts.
+
+    However the run ends, the target is rolled back, no load it started is left running and the
+    bundle is sealed with every file the run wrote: PASS/FAIL as the notebook judged, ERROR (a
+    failing cell or a dead kernel, named), or INTERRUPTED (SIGINT or SIGTERM, named with its
+    moment; `Interrupted` is raised again after sealing, for the CLI's exit code).
     """
     import papermill
 
-    from drillbook.chaos import rollback_all
-    from drillbook.chaos.runner import target_configuration
-    from drillbook.evidence import BundleWriter, RunSummary
+    from drillbook.evidence import BundleWriter
+    from drillbook.kernel import hermetic, interrupt_kernels
+    from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import open_target
 
     path = runbook_path(name)
@@ -213,42 +192,201 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     parameters = check_oncall(path.stem, profile.name, validate_parameters(path, overrides or {}, profile))
     state = profile.state_dir(sandbox_state)
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
-    secrets = workload.secrets()
+    check_against_target(path.stem, parameters, workload)
     target_argument = str(profile.path) if profile.path.is_file() else profile.name
-    with tempfile.TemporaryDirectory(prefix="drillbook-run-") as scratch:
-        work = Path(scratch) / "work"
-        work.mkdir()
-        executed = Path(scratch) / "runbook.ipynb"
-        with BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=secrets,
-                          signing_key=signing_key(), project_root=project_dir()) as bundle:
-            error: str | None = None
-            if on_start:
-                on_start(bundle.path)
-            with hermetic(Path(scratch) / "home") as kernel:
-                try:
-                    papermill.execute_notebook(
-                        str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
-                        execution_timeout=execution_timeout, log_output=False,
-                        parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
-                                    "drillbook_state_dir": str(state)})
-                except papermill.PapermillExecutionError as failure:
-                    error = f"cell {failure.cell_index + 1} failed: {failure.ename}: {failure.evalue}"
-                finally:
-                    undone = rollback_all(target_configuration(profile, state))  # nothing stays injected
-                    if undone:
-                        bundle.event("fallback_rollback", undone=undone)
-            if profile.path.is_file():
-                bundle.copy_file(profile.path, "target-profile.yaml")  # names key variables, never keys
-            if executed.exists():
-                bundle.copy_file(executed, "runbook.ipynb")
-                bundle.write_text("runbook.html", render_html(executed))
-            summary_path = work / "summary.json"
-            if error is not None or not summary_path.exists():
-                summary = RunSummary(runbook=path.stem, control="unknown", verdict="ERROR",
-                                     reason=error or "the runbook did not record a verdict").to_json()
-                summary_path.unlink(missing_ok=True)
-                bundle.write_json("summary.json", summary)
-            else:
-                summary = json.loads(summary_path.read_text())
-            bundle.copy_tree(work, ".")
+    scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
+    work, executed = scratch / "work", scratch / "runbook.ipynb"
+    work.mkdir()
+    bundle = BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=workload.secrets(),
+                          signing_key=signing_key(), project_root=project_dir())
+    ledger = ProcessLedger(state / PROCESSES)
+    run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
+    ending = RunEnding()
+    bundle.event("runner_started", runbook=path.stem, target=profile.name, pid=os.getpid())
+
+    def stop_between_cells(**_: Any) -> None:  # a signal that came while the kernel was idle
+        SHUTDOWN.check()
+
+    try:
+        if on_start:
+            on_start(bundle.path)
+        with hermetic(scratch / "home") as kernel, SHUTDOWN.gently(interrupt_kernels):
+            try:
+                papermill.execute_notebook(
+                    str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
+                    execution_timeout=execution_timeout, log_output=False, on_cell_start=stop_between_cells,
+                    parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
+                                "drillbook_state_dir": str(state)})
+            except papermill.PapermillExecutionError as failure:
+                ending.cell_failed(failure)
+            except Interrupted as stop:
+                ending.interrupted = stop
+            except Exception as error:  # noqa: BLE001 - a dead kernel, a broken notebook: named in the verdict
+                ending.error = f"the kernel failed: {type(error).__name__}: {error}"
+    except Interrupted as stop:  # before the kernel started
+        ending.interrupted = stop
+    finally:
+        with SHUTDOWN.shielded():
+            if SHUTDOWN.requested and ending.interrupted is None:
+                ending.interrupted = SHUTDOWN.interrupted()
+            summary = wind_up(bundle, path.stem, profile, state, work, executed, ending)
+            ledger.stopped(run_entry, "sealed")
+            shutil.rmtree(scratch, ignore_errors=True)
+    if ending.interrupted is not None:
+        stop = ending.interrupted
+        stop.outcome = [*ending.undone_line(), f"evidence sealed as {bundle.path}"]
+        stop.bundle = bundle.path
+        raise stop
     return ExecutedRun(path.stem, summary["verdict"], bundle.path, summary)
+
+
+@dataclass
+class RunEnding:
+    """How the notebook's execution ended, as the runner saw it."""
+
+    error: str | None = None
+    interrupted: "Interrupted | None" = None
+    cell: int | None = None
+    undone: list[str] = field(default_factory=list)
+
+    def cell_failed(self, failure: Any) -> None:
+        from drillbook.shutdown import SHUTDOWN
+
+        self.cell = failure.cell_index + 1
+        if SHUTDOWN.requested or failure.ename in ("KeyboardInterrupt", "Interrupted"):
+            self.interrupted = SHUTDOWN.interrupted() if SHUTDOWN.requested else None
+            if self.interrupted is None:  # the kernel was interrupted by someone else
+                self.error = f"cell {self.cell} was interrupted ({failure.ename})"
+            return
+        self.error = f"cell {self.cell} failed: {failure.ename}: {failure.evalue}"
+
+    def undone_line(self) -> list[str]:
+        return [f"faults rolled back ({len(self.undone)} by the runner's fallback)" if self.undone
+                else "faults rolled back"]
+
+    def reason(self) -> str:
+        if self.interrupted is not None:
+            where = f" during cell {self.cell}" if self.cell else ""
+            return f"interrupted by {self.interrupted.signal_name} at {self.interrupted.moment}{where}"
+        return self.error or ""
+
+
+def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", state: Path, work: Path,
+            executed: Path, ending: RunEnding) -> dict[str, Any]:
+    """After the notebook, whatever happened: stop what is still running, roll the target back,
+    put every file the run wrote into the bundle with its verdict, and seal it."""
+    from drillbook.chaos import rollback_all
+    from drillbook.chaos.runner import target_configuration
+    from drillbook.kernel import forget_kernels
+
+    if ending.interrupted is not None:
+        bundle.event("interrupted", signal=ending.interrupted.signal_name, at=ending.interrupted.moment,
+                     cell=ending.cell)
+    elif ending.error is not None:
+        bundle.event("run_failed", reason=ending.error)
+    forget_kernels()  # a kernel still alive after an escalated stop goes now; its load follows it
+    stopped = ProcessLedger(state / PROCESSES).stop_orphans()
+    ending.undone = rollback_all(target_configuration(profile, state))  # nothing stays injected
+    if stopped:
+        bundle.event("leftover_load_stopped", processes=stopped)
+    if ending.undone:
+        bundle.event("fallback_rollback", undone=ending.undone)
+    try:
+        summary = collect_run(bundle, runbook, profile, work, executed, ending)
+    except Exception as error:
+        bundle.seal("incomplete", error=f"collecting the run's files failed: {type(error).__name__}: {error}")
+        raise
+    bundle.seal("interrupted" if ending.interrupted is not None else "complete")
+    return summary
+
+
+def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", work: Path, executed: Path,
+                ending: RunEnding) -> dict[str, Any]:
+    """Copy the run's files into the bundle, merge its timeline, and write its summary: the
+    notebook's own when it finished, else one built from what it had recorded so far."""
+    from drillbook.runbook import TIMELINE
+
+    if profile.path.is_file():
+        bundle.copy_file(profile.path, "target-profile.yaml")  # names key variables, never keys
+    if executed.exists():
+        bundle.copy_file(executed, "runbook.ipynb")
+        try:
+            bundle.write_text("runbook.html", render_html(executed))
+        except Exception as error:  # noqa: BLE001 - a half-written notebook still goes in as it is
+            bundle.event("html_not_rendered", error=f"{type(error).__name__}: {error}")
+    timeline = work / TIMELINE
+    if timeline.exists():
+        bundle.add_events(read_jsonl(timeline))
+        timeline.unlink()
+    summary_path = work / "summary.json"
+    finished = summary_path.exists() and ending.error is None and ending.interrupted is None
+    summary = json.loads(summary_path.read_text()) if finished else partial_summary(runbook, work, ending)
+    summary_path.unlink(missing_ok=True)
+    bundle.write_json("summary.json", summary)
+    bundle.copy_tree(work, ".")
+    return summary
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSONL file (a line cut by a kill is left out)."""
+    entries = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
+def partial_summary(runbook: str, work: Path, ending: RunEnding) -> dict[str, Any]:
+    """The summary of a run that did not finish: what it recorded and checked so far, its verdict
+    INTERRUPTED or ERROR, and why."""
+    from drillbook.evidence import RunSummary, SloCheck
+    from drillbook.runbook import RECORDS
+
+    metrics: dict[str, Any] = {}
+    checks: list[SloCheck] = []
+    records = work / RECORDS
+    for entry in read_jsonl(records) if records.exists() else []:
+        if "record" in entry:
+            metrics[entry["record"]] = entry.get("value")
+        elif "check" in entry:
+            checks.append(SloCheck(**entry["check"]))
+    verdict = "INTERRUPTED" if ending.interrupted is not None else "ERROR"
+    reason = ending.reason() or "the runbook did not record a verdict"
+    return RunSummary(runbook=runbook, control=control_of(runbook), verdict=verdict, metrics=metrics,
+                      checks=checks, reason=reason).to_json()
+
+
+def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
+    """Seal the bundles of runs whose runner was killed (SIGKILL, a crash): verdict ERROR, reason
+    "runner killed", with every file the run had written; then remove their scratch folders.
+    Runs whose runner still lives are left alone."""
+    from drillbook.evidence import BundleWriter
+    from drillbook.evidence.bundle import MANIFEST, UNSEALED
+    from drillbook.processes import same_process
+    from drillbook.targets import target_for
+
+    ledger = ProcessLedger(state / PROCESSES)
+    done = []
+    for entry in ledger.open_entries():
+        if entry.kind != "run" or same_process(entry.owner_pid, entry.owner_ticks):
+            continue
+        detail = json.loads(entry.detail)
+        folder, scratch = Path(detail["bundle"]), Path(detail["scratch"])
+        if (folder / UNSEALED).is_file() and not (folder / MANIFEST).exists():
+            try:
+                secrets = target_for(profile, state).secrets()
+            except Exception:  # noqa: BLE001 - the target may be gone; the bundle's own values are redacted
+                secrets = []
+            bundle = BundleWriter.resume(folder, secrets=secrets, signing_key=signing_key(), project_root=project_dir())
+            killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
+            ending = RunEnding(error=f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died "
+                                     "before it could seal this run; sealed afterwards by drillbook rollback")
+            collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
+            bundle.event("sealed_by_rollback", runner_pid=entry.owner_pid)
+            bundle.seal("killed")
+            done.append(f"{folder.name}: ERROR, runner killed (pid {entry.owner_pid})")
+        shutil.rmtree(scratch, ignore_errors=True)
+        ledger.stopped(entry, "recovered by rollback")
+    return done

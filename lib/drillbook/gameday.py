@@ -12,7 +12,7 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import yaml
 from pydantic import Field, ValidationError
@@ -21,6 +21,9 @@ from drillbook import project
 from drillbook.config import StrictModel, project_dir, results_dir, signing_key, validation_line
 from drillbook.errors import ConfigError, GameDayLocked
 from drillbook.profile import load_profile
+
+if TYPE_CHECKING:
+    from drillbook.shutdown import Interrupted
 
 
 class PlannedRun(StrictModel):
@@ -72,6 +75,8 @@ def gameday_verdict(verdicts: list[str]) -> tuple[str, str]:
     (crashed, errored, aborted) and none failed, and PASSes only when every runbook passed."""
     counts = {verdict: verdicts.count(verdict) for verdict in dict.fromkeys(verdicts)}
     reason = ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+    if "INTERRUPTED" in counts:
+        return "INTERRUPTED", reason
     if "FAIL" in counts:
         return "FAIL", reason
     if any(verdict != "PASS" for verdict in counts) or not verdicts:
@@ -119,40 +124,70 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[str, str, Path], None] | None = None, target: str | None = None) -> GameDayResult:
     from drillbook.config import SandboxConfig
-    from drillbook.evidence import BundleWriter, RunSummary, SloCheck
     from drillbook.execute import execute
     from drillbook.sandbox import launcher
+    from drillbook.shutdown import SHUTDOWN, Interrupted
 
     plan = load_plan(plan_file, target)
     profile = load_profile(plan.target)
     if profile.kind == "sandbox":
         sandbox_state = profile.state_dir(sandbox_state)
     runs: list[tuple[str, str, Path]] = []
+    stopped: Interrupted | None = None
     with TargetLock(sandbox_state.parent, profile.name):
         handle = launcher.find(sandbox_state) if profile.kind == "sandbox" else None
         started_here = profile.kind == "sandbox" and handle is None
-        if started_here:
-            handle = launcher.start(SandboxConfig(), sandbox_state)
         try:
+            if started_here:
+                handle = launcher.start(SandboxConfig(), sandbox_state)
             for index, planned in enumerate(plan.runbooks, start=1):
                 if on_start:
                     on_start(index, len(plan.runbooks), planned.runbook)
-                executed = execute(planned.runbook, plan.target, {k: str(v) for k, v in planned.parameters.items()},
-                                   results, sandbox_state)
+                try:
+                    executed = execute(planned.runbook, plan.target,
+                                       {k: str(v) for k, v in planned.parameters.items()}, results, sandbox_state)
+                except Interrupted as stop:  # that runbook's bundle is sealed INTERRUPTED; the plan stops here
+                    stopped = stop
+                    if stop.bundle is not None:
+                        runs.append((planned.runbook, "INTERRUPTED", stop.bundle))
+                    break
                 runs.append((executed.runbook, executed.verdict, executed.bundle))
                 if on_done:
                     on_done(executed.runbook, executed.verdict, executed.bundle)
+        except Interrupted as stop:  # between runbooks, or while the sandbox started
+            stopped = stop
         finally:
-            if started_here:
-                launcher.stop(sandbox_state, handle=handle)
-        checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
-                  for runbook, verdict, _ in runs]
-        summary = RunSummary.judge(f"gameday-{plan.name}", "gameday",
-                                   {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs]},
-                                   checks)
-        verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
-        summary = summary.model_copy(update={"verdict": verdict, "reason": reason})
-        with BundleWriter(results_dir(results), f"gameday-{plan.name}", profile.name, plan.model_dump(),
-                          signing_key=signing_key(), project_root=project_dir()) as bundle:
-            bundle.write_json("summary.json", summary.to_json())
-    return GameDayResult(plan, runs, bundle.path)
+            with SHUTDOWN.shielded():
+                if started_here and launcher.find(sandbox_state) is not None:
+                    launcher.stop(sandbox_state, handle=handle)
+        with SHUTDOWN.shielded():
+            summary_bundle = _seal_summary(plan, profile.name, runs, results, stopped)
+    if stopped is not None:
+        stopped.outcome = [*stopped.outcome, f"game-day summary sealed as {summary_bundle}"]
+        if started_here:
+            stopped.outcome.append("sandbox stopped")
+        raise stopped
+    return GameDayResult(plan, runs, summary_bundle)
+
+
+def _seal_summary(plan: GameDayPlan, target: str, runs: list[tuple[str, str, Path]], results: Path | None,
+                  stopped: "Interrupted | None") -> Path:
+    """The game day's own bundle: every run's verdict and bundle, and the ones that never ran."""
+    from drillbook.evidence import BundleWriter, RunSummary, SloCheck
+
+    checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
+              for runbook, verdict, _ in runs]
+    not_run = [planned.runbook for planned in plan.runbooks[len(runs):]]
+    metrics = {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs], "not_run": not_run}
+    verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
+    if stopped is not None:
+        verdict = "INTERRUPTED"
+        reason = (f"interrupted by {stopped.signal_name} at {stopped.moment}"
+                  + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
+    summary = RunSummary(runbook=f"gameday-{plan.name}", control="gameday", verdict=verdict, metrics=metrics,
+                         checks=checks, reason=reason)
+    bundle = BundleWriter(results_dir(results), f"gameday-{plan.name}", target, plan.model_dump(),
+                          signing_key=signing_key(), project_root=project_dir())
+    bundle.write_json("summary.json", summary.to_json())
+    bundle.seal("interrupted" if stopped is not None else "complete")
+    return bundle.path

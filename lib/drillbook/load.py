@@ -27,6 +27,7 @@ from drillbook import project
 from drillbook.config import LoadOptions
 from drillbook.delivery import Receipt, read_receipts
 from drillbook.errors import ConfigError, LoadRunOverran
+from drillbook.processes import ProcessLedger, die_with_parent
 from drillbook.profile import AgentApi, format_tenant_keys
 
 STARTUP_MARGIN_S = 30.0
@@ -42,6 +43,29 @@ PROFILE_SETTINGS = {
     "burst": "DRILLBOOK_BURST_S", "recovery": "DRILLBOOK_RECOVERY_S",
 }
 PHASE_SETTINGS = ("baseline", "burst", "recovery")
+# What each setting must be for a run to mean something: seconds (zero or more), a count (one or
+# more), or a tenant name.
+SETTING_KINDS = {"think-time": "seconds", "baseline": "seconds", "burst": "seconds", "recovery": "seconds",
+                 "max-tokens": "count", "victim-users": "count", "aggressor-users": "count",
+                 "aggressor-tokens": "count", "victim-tenant": "tenant", "aggressor-tenant": "tenant"}
+
+
+def check_setting(name: str, value: str) -> None:
+    """One --set value against its kind; a value that cannot give a meaningful run is a ConfigError."""
+    kind = SETTING_KINDS[name]
+    if kind == "tenant":
+        if not value.strip():
+            raise ConfigError(f"invalid --set {name}: a tenant name is needed")
+        return
+    try:
+        number = float(value) if kind == "seconds" else int(value)
+    except ValueError:
+        wanted = "a number of seconds" if kind == "seconds" else "a whole number"
+        raise ConfigError(f"invalid --set {name}={value}: not {wanted}") from None
+    if kind == "seconds" and not (0 <= number <= 86_400):
+        raise ConfigError(f"invalid --set {name}={value}: seconds must be from 0 to 86400")
+    if kind == "count" and number < 1:
+        raise ConfigError(f"invalid --set {name}={value}: must be at least 1")
 
 
 def locustfile_for(profile: str) -> Path:
@@ -54,6 +78,8 @@ def profile_env(settings: dict[str, str], run_time_s: float) -> dict[str, str]:
     unknown = sorted(set(settings) - set(PROFILE_SETTINGS))
     if unknown:
         raise ConfigError(f"unknown load setting {unknown[0]!r}; known: {', '.join(PROFILE_SETTINGS)}")
+    for name, value in settings.items():
+        check_setting(name, value)
     env = {PROFILE_SETTINGS[name]: value for name, value in settings.items()}
     for name in PHASE_SETTINGS:
         env.setdefault(PROFILE_SETTINGS[name], f"{run_time_s / 3:g}")
@@ -226,9 +252,15 @@ def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path) -> lis
 
 
 class LoadRun:
-    """A Locust run in progress (its own process group); `wait` bounds it and collects the result."""
+    """A Locust run in progress (its own process group); `wait` bounds it and collects the result.
 
-    def __init__(self, options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path) -> None:
+    Locust never outlives the process that started it: it gets SIGTERM when that process dies
+    (even by SIGKILL), and with a ledger it is written down so `drillbook rollback` can stop a
+    group whose owner is gone.
+    """
+
+    def __init__(self, options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
+                 ledger: ProcessLedger | None = None) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **options.env,
                "DRILLBOOK_TENANT_KEYS": format_tenant_keys(tenant_keys),
@@ -239,7 +271,14 @@ class LoadRun:
         with open(out_dir / "locust.stdout.log", "wb") as console:
             self.process = subprocess.Popen(locust_command(options, locustfile, out_dir), env=env,
                                             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        self.ledger = ledger
+        self.entry = ledger.started("locust", self.process.pid, str(out_dir)) if ledger else None
+
+    def _forget(self, how: str) -> None:
+        if self.ledger is not None and self.entry is not None:
+            self.ledger.stopped(self.entry, how)
+            self.entry = None
 
     def wait_until_flowing(self, timeout_s: float = 60.0) -> bool:
         """Block until the first requests show in the request log (Locust can take seconds to start)."""
@@ -260,6 +299,7 @@ class LoadRun:
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
         _kill_group(self.process)
+        self._forget("stopped early")
 
     def wait(self, progress: Callable[[float, float], None] | None = None) -> LoadResult:
         overran = False
@@ -273,6 +313,7 @@ class LoadRun:
                 time.sleep(0.1)
         finally:
             _kill_group(self.process)  # always: nothing Locust started outlives the run
+            self._forget("finished")
         wall = time.time() - self.started
         if overran:
             raise LoadRunOverran(f"locust ran past its bound of {self.bound:.0f}s and was killed with its children; "
@@ -280,15 +321,16 @@ class LoadRun:
         return collect(self.out_dir, self.process.returncode, wall)
 
 
-def start_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path) -> LoadRun:
+def start_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
+               ledger: ProcessLedger | None = None) -> LoadRun:
     """Start Locust without waiting (for load that must run while something else happens)."""
-    return LoadRun(options, locustfile, tenant_keys, out_dir)
+    return LoadRun(options, locustfile, tenant_keys, out_dir, ledger)
 
 
 def run_load(options: LoadOptions, locustfile: Path, tenant_keys: dict[str, str], out_dir: Path,
-             progress: Callable[[float, float], None] | None = None) -> LoadResult:
+             progress: Callable[[float, float], None] | None = None, ledger: ProcessLedger | None = None) -> LoadResult:
     """Run Locust within its bound and collect everything it wrote into out_dir."""
-    return start_load(options, locustfile, tenant_keys, out_dir).wait(progress)
+    return start_load(options, locustfile, tenant_keys, out_dir, ledger).wait(progress)
 
 
 def collect(out_dir: Path, exit_code: int | None, wall_s: float) -> LoadResult:

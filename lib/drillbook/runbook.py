@@ -2,8 +2,10 @@
 
 Every recorded value is displayed as a custom MIME bundle (with a text/plain fallback), so the
 executed notebook carries it and tests and reports can read it back with nbformat. Files go to
-the run's work folder (plots/, chaos/, summary.json, timeline.jsonl), which `drillbook run`
-seals into the evidence bundle. Notebooks never import locust.
+the run's work folder (plots/, chaos/, load/, summary.json), which `drillbook run` seals into
+the evidence bundle. Events and recorded values are appended to timeline.jsonl and
+records.jsonl as they happen, so a run stopped halfway still leaves what it had measured.
+Notebooks never import locust.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ if TYPE_CHECKING:
     from drillbook.targets import Target
 
 RECORD_MIME = "application/vnd.drillbook.record+json"
+TIMELINE = "timeline.jsonl"
+RECORDS = "records.jsonl"
+PROCESSES = "processes.jsonl"  # in the state dir: children a dead run may have left (drillbook.processes)
+
+
+def _append(path: Path, entry: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry, default=str) + "\n")
 
 
 def _display(kind: str, payload: dict[str, Any], text: str) -> None:
@@ -47,6 +57,7 @@ class Run:
         self.checks: list[SloCheck] = []
         self.timeline: list[dict[str, Any]] = []
         self.chaos_runs = 0
+        self.experiment_problems: list[str] = []
         self._workload: Target | None = None
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
         self.event("run_started", runbook=runbook, target=self.target, target_kind=profile.kind)
@@ -130,8 +141,10 @@ class Run:
         options = LoadOptions(host=gateway, users=users, spawn_rate=max(users, 1) * 5, run_time_s=duration_s,
                               stop_timeout_s=5, env={**profile_env(settings or {}, duration_s),
                                                      **api_env(self.profile.spec.api)})
+        from drillbook.processes import ProcessLedger
+
         self.event("load_started", profile=locustfile.stem, users=users, duration_s=duration_s)
-        return start_load(options, locustfile, keys, self.work_dir / "load")
+        return start_load(options, locustfile, keys, self.work_dir / "load", ProcessLedger(self.state_dir / PROCESSES))
 
     def target_events(self, since: float = 0.0) -> list[dict[str, Any]]:
         """The workload's replica lifecycle events since a moment (empty where it keeps none)."""
@@ -145,11 +158,14 @@ class Run:
 
     # -- recording ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
-        self.timeline.append({"t": time.time(), "kind": kind, **fields})
+        entry = {"t": time.time(), "kind": kind, **fields}
+        self.timeline.append(entry)
+        _append(self.work_dir / TIMELINE, entry)
 
     def record(self, name: str, value: Any, unit: str = "") -> Any:
         """Keep a measured value; it is shown in the notebook and lands in summary.json."""
         self.metrics[name] = value
+        _append(self.work_dir / RECORDS, {"record": name, "value": value, "unit": unit})
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         _display("record", {"name": name, "value": value, "unit": unit}, f"{name} = {shown}{unit}")
         return value
@@ -158,6 +174,7 @@ class Run:
         """Judge a value against an SLO; unmeasured values fail."""
         judged = slo_check(name, value, comparison, threshold, unit)
         self.checks.append(judged)
+        _append(self.work_dir / RECORDS, {"check": judged.model_dump()})
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())
         return judged
 
@@ -168,11 +185,24 @@ class Run:
         self.chaos_runs += 1
         run_dir = self.work_dir / "chaos" / f"{self.chaos_runs:02d}-{experiment}"
         self.event("experiment_started", experiment=experiment, variables=variables)
-        result = run_experiment(experiment, self.target_configuration(), run_dir, variables)
-        self.timeline.extend({**e, "experiment": experiment} for e in result.timeline)
+        try:
+            result = run_experiment(experiment, self.target_configuration(), run_dir, variables)
+        except KeyboardInterrupt:  # its rollbacks ran; keep what it did in the run's timeline
+            written = run_dir / "timeline.json"
+            self._add_experiment_events(experiment, json.loads(written.read_text()) if written.exists() else [])
+            self.event("experiment_interrupted", experiment=experiment)
+            raise
+        self._add_experiment_events(experiment, result.timeline)
         self.event("experiment_finished", experiment=experiment, verdict=result.verdict)
-        (run_dir / "timeline.json").write_text(json.dumps(result.timeline, indent=2, default=str))
+        if result.verdict in ("ERROR", "ABORTED"):  # the run cannot judge what did not happen
+            self.experiment_problems.append(
+                f"experiment {experiment} {result.verdict}: {'; '.join(result.reasons) or 'see its journal'}")
         return result
+
+    def _add_experiment_events(self, experiment: str, events: list[dict[str, Any]]) -> None:
+        for entry in events:
+            self.timeline.append({**entry, "experiment": experiment})
+            _append(self.work_dir / TIMELINE, {**entry, "experiment": experiment})
 
     def save_plot(self, name: str, figure: Any) -> Path:
         from drillbook.plots import pyplot
@@ -183,12 +213,12 @@ class Run:
         return path
 
     def finish(self, reason: str = "") -> RunSummary:
-        """Judge all checks into a verdict and write summary.json and timeline.jsonl."""
-        summary = RunSummary.judge(self.runbook, self.control, self.metrics, self.checks, reason=reason)
+        """Judge all checks into a verdict (ERROR when an experiment errored or was aborted and no
+        check failed on a measured value) and write summary.json."""
+        summary = RunSummary.judge(self.runbook, self.control, self.metrics, self.checks, reason=reason,
+                                   errors=self.experiment_problems)
         self.event("run_finished", verdict=summary.verdict)
         (self.work_dir / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, default=str))
-        (self.work_dir / "timeline.jsonl").write_text(
-            "".join(json.dumps(e, default=str) + "\n" for e in self.timeline))
         _display("verdict", {"verdict": summary.verdict}, f"verdict: {summary.verdict}")
         return summary
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from drillbook import project
 from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
 from drillbook.chaos.scenarios import SCENARIOS
-from drillbook import project
 from drillbook.config import validation_line
 from drillbook.errors import ConfigError
+from drillbook.shutdown import SHUTDOWN, Interrupted
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
@@ -122,14 +125,32 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     return "PASS", reasons
 
 
-def _timeline_handler(timeline: list[dict[str, Any]]) -> Any:
+def _timeline_handler(timeline: list[dict[str, Any]], restore: list[tuple[int, Any]]) -> Any:
     from chaoslib.run import RunEventHandler
 
     class TimelineHandler(RunEventHandler):  # type: ignore[misc]
-        """Writes every activity's start and end into the run's timeline."""
+        """Writes every activity's start and end into the run's timeline, and notes a SIGINT or
+        SIGTERM that arrives during the run (chaoslib handles both, with rollbacks, but keeps no
+        record of which it was; a safeguard's stop looks the same to it)."""
 
         def _add(self, kind: str, **fields: Any) -> None:
             timeline.append({"t": time.time(), "kind": kind, **fields})
+
+        def started(self, experiment: dict[str, Any], journal: dict[str, Any]) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                return
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.getsignal(signum)
+                restore.append((signum, handler))
+
+                def noting(received: int, frame: Any, handler: Any = handler) -> None:
+                    SHUTDOWN.note(received)
+                    self._add("signal_received", signal=signal.Signals(received).name)
+                    if callable(handler):
+                        handler(received, frame)
+                    elif handler != signal.SIG_IGN:
+                        raise KeyboardInterrupt
+                signal.signal(signum, noting)
 
         def start_activity(self, activity: dict[str, Any]) -> None:
             self._add("activity_started", name=activity.get("name"), type=activity.get("type"))
@@ -148,9 +169,6 @@ def _timeline_handler(timeline: list[dict[str, Any]]) -> Any:
 
         def rollbacks_completed(self, experiment: dict[str, Any], journal: dict[str, Any]) -> None:
             self._add("rollbacks_finished")
-
-        def signal_exit(self) -> None:
-            self._add("signal_received")
 
     return TimelineHandler()
 
@@ -208,10 +226,13 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
                                        "run_id": run_id}]
     fallback: list[str] = []
     journal: dict[str, Any] = {}
+    handlers: list[tuple[int, Any]] = []
     try:
         journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
-                                 event_handlers=[_timeline_handler(timeline)])
+                                 event_handlers=[_timeline_handler(timeline, handlers)])
     finally:
+        for signum, handler in reversed(handlers):
+            signal.signal(signum, handler)
         # Belt and braces: whatever the journal says, nothing this run injected stays in place.
         for fault, how in undo_open_faults(context, run_id):
             fallback.append(f"{fault.kind}: {how}")
@@ -223,6 +244,12 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     measurements_path = run_dir / "measurements.json"
     measurements = json.loads(measurements_path.read_text()) if measurements_path.exists() else {}
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
+    (run_dir / "timeline.json").write_text(json.dumps(timeline, indent=2, default=str))
+    noted = next((e for e in timeline if e["kind"] == "signal_received"), None)
+    if noted is not None:  # the run was stopped by a signal: its rollbacks ran; stop what called it too
+        stop = Interrupted(signal.Signals[noted["signal"]], noted["t"])
+        stop.outcome.append(f"experiment {path.stem} rolled back; journal {run_dir / 'journal.json'}")
+        raise stop
     return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir)
 
 

@@ -49,12 +49,24 @@ def _say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app and turn every failure into one line and an exit code."""
+    """Console entry point: run the app and turn every failure into one line and an exit code.
+
+    SIGINT and SIGTERM end a command through drillbook.shutdown: what runs is stopped and rolled
+    back, evidence is sealed, and the line says so; the exit code is 128 + the signal."""
+    from drillbook.shutdown import Interrupted, handling_signals, last_interrupted
+
     try:
-        code = app(args=argv, prog_name="drillbook", standalone_mode=False)
+        with handling_signals():
+            code = app(args=argv, prog_name="drillbook", standalone_mode=False)
+        stop = last_interrupted()
+        if stop is not None and code == 130:  # Typer turned our Interrupted into a bare 130
+            raise stop
     except DrillbookError as error:
         _say(str(error))
         sys.exit(error.exit_code)
+    except Interrupted as stop:
+        _say(stop.line())
+        sys.exit(stop.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _say("interrupted")
         sys.exit(130)

@@ -93,12 +93,31 @@ def rollback_command(
     target: str = TargetOption,
     state: Optional[Path] = StateDirOption,
 ) -> None:
-    """Undo every fault a crashed or killed run left in place (from the fault ledger); safe to repeat."""
-    from drillbook.chaos import rollback_all
+    """Clean up after a crashed or killed run; safe to repeat.
 
+    Stops any load (Locust) whose owner is gone, undoes every fault still open in the fault ledger,
+    and seals the evidence a killed run left unsealed (verdict ERROR, "runner killed", with every
+    file it had written), removing its scratch folder."""
+    from drillbook.chaos import rollback_all
+    from drillbook.execute import recover_killed_runs
+    from drillbook.processes import ProcessLedger
+    from drillbook.profile import load_profile
+    from drillbook.runbook import PROCESSES
+
+    profile = load_profile(target)
+    directory = profile.state_dir(state)
+    stopped = ProcessLedger(directory / PROCESSES).stop_orphans()
+    for line in stopped:
+        console.print(f"stopped: {line}", soft_wrap=True, markup=False)
     done = rollback_all(_target_configuration(target, state))
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
-    console.print(f"{len(done)} faults undone" if done else "nothing to roll back")
+    sealed = recover_killed_runs(profile, directory)
+    for line in sealed:
+        console.print(f"sealed: {line}", soft_wrap=True, markup=False)
+    if not (stopped or done or sealed):
+        console.print("nothing to roll back")
+    else:
+        console.print(f"{len(stopped)} processes stopped, {len(done)} faults undone, {len(sealed)} bundles sealed")
 
 

@@ -46,8 +46,11 @@ def _trusted_keys(public_keys: list[Path]) -> set[str] | None:
 def verify_command(
     path: Optional[Path] = typer.Argument(None, help="A results folder or one bundle (default: the results folder)."),
     public_key: list[Path] = typer.Option([], "--public-key", help="Trust signatures by this key (repeat)."),
+    allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
+                                          help="Exit 0 even when some runs were interrupted, killed or never sealed."),
 ) -> None:
-    """Recompute every digest, the chain and the signatures; exit 0 only when everything verifies."""
+    """Recompute every digest, the chain and the signatures; exit 0 only when everything verifies
+    and every run was complete (interrupted, killed and unsealed runs exit 1 unless --allow-incomplete)."""
     from drillbook.config import results_dir
     from drillbook.errors import ConfigError
     from drillbook.evidence import verify_path
@@ -63,7 +66,13 @@ def verify_command(
     intact = len(set(report.checked) - {f.bundle for f in report.findings})
     console.print(f"{len(report.checked)} bundles checked, {intact} intact, {len(report.errors)} errors, "
                   f"{len(report.findings) - len(report.errors)} warnings")
+    counts = report.counts()
+    console.print("by state: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items())))
     if not report.ok:
+        raise typer.Exit(1)
+    if report.not_complete and not allow_incomplete:
+        console.print(f"{len(report.not_complete)} runs did not end as planned (their evidence is partial): "
+                      f"{', '.join(report.not_complete)}; --allow-incomplete accepts them", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -103,7 +112,8 @@ def list_command(path: Optional[Path] = typer.Argument(None, help="Results folde
     table.add_column("bundle", no_wrap=True, min_width=max(len(row.name) for row in shown))
     table.add_column("verdict", no_wrap=True)
     table.add_column("reason", overflow="fold")
-    colours = {"PASS": "green", "FAIL": "red", "ERROR": "red", "ABORTED": "yellow", "UNSEALED": "yellow"}
+    colours = {"PASS": "green", "FAIL": "red", "ERROR": "red", "ABORTED": "yellow", "UNSEALED": "yellow",
+               "INTERRUPTED": "yellow"}
     for row in shown:
         colour = colours.get(row.verdict, "white")
         table.add_row(row.name, Text(row.verdict, style=colour), Text(row.reason))

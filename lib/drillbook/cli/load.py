@@ -44,6 +44,9 @@ def load_command(
     from drillbook.delivery import audit_delivery, close_verifier, verifier_for
     from drillbook.errors import DeliveryError
     from drillbook.load import api_env, locustfile_for, profile_env, run_load
+    from drillbook.processes import ProcessLedger
+    from drillbook.runbook import PROCESSES
+    from drillbook.shutdown import Interrupted
     from drillbook.targets import open_target
 
     settings = name_value_pairs(setting, "--set")
@@ -59,8 +62,13 @@ def load_command(
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task(f"{locustfile.stem}: {users} users against {gateway}", total=run_time)
-        result = run_load(options, locustfile, keys, out,
-                          progress=lambda elapsed, total: bar.update(task, completed=min(elapsed, total)))
+        try:
+            result = run_load(options, locustfile, keys, out,
+                              progress=lambda elapsed, total: bar.update(task, completed=min(elapsed, total)),
+                              ledger=ProcessLedger(workload.profile.state_dir(state) / PROCESSES))
+        except Interrupted as stop:  # Locust and its children are gone by now (LoadRun.wait)
+            stop.outcome.append(f"load stopped; its files are in {out}")
+            raise
     verifier = verifier_for(workload.profile, gateway, keys)
     try:
         delivery = audit_delivery(result.receipts, verifier)

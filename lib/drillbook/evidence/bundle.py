@@ -4,8 +4,10 @@ Every file goes in atomically (temporary name, fsync, hard link into place, whic
 than overwrite). Sealing lists the sha256 of every file in ``manifest.json``, links the manifest
 to the previous sealed bundle of the same results folder, signs the manifest digest when a key
 is configured (``manifest.sig``), and appends the manifest digest to ``ledger.jsonl`` under a
-lock. A bundle interrupted by an exception or a signal is sealed as ``incomplete`` with what it
-had; a bundle whose process was killed outright keeps its ``.unsealed`` marker and no manifest.
+lock. A bundle interrupted by an exception or a signal is sealed as ``incomplete`` (or, by the
+runbook layer, ``interrupted``) with what it had; a bundle whose process was killed outright keeps
+its ``.unsealed`` marker, which names the run, until `drillbook rollback` seals it as ``killed``
+(`BundleWriter.resume`).
 """
 
 from __future__ import annotations
@@ -156,7 +158,20 @@ class BundleWriter:
 
     def __init__(self, results_dir: Path, runbook: str, target: str, parameters: Mapping[str, Any] | None = None,
                  *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,
-                 project_root: Path | None = None, extra: Mapping[str, Any] | None = None) -> None:
+                 project_root: Path | None = None, extra: Mapping[str, Any] | None = None,
+                 _resume: Path | None = None) -> None:
+        self.redactor = Redactor(secrets)
+        self.signing_key = signing_key
+        self.project_root = project_root
+        self.timeline: list[dict[str, Any]] = []
+        self.sealed: SealedBundle | None = None
+        if _resume is not None:  # an unsealed bundle of a dead process, named by its marker
+            marker = json.loads((_resume / UNSEALED).read_text() or "{}")
+            self.path, self.results_dir = _resume, _resume.parent
+            self.started = datetime.fromisoformat(marker["started_at"].replace("Z", "+00:00"))
+            self.run_id, self.runbook, self.target = marker["run_id"], marker["runbook"], marker["target"]
+            self.parameters, self.extra = marker.get("parameters", {}), marker.get("extra", {})
+            return
         self.results_dir = Path(results_dir)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.started = datetime.now(timezone.utc)
@@ -169,14 +184,21 @@ class BundleWriter:
             os.mkdir(self.path)
         except FileExistsError:
             raise BundleExists(f"bundle folder {self.path} already exists; evidence is never overwritten") from None
-        (self.path / UNSEALED).touch()
-        self.redactor = Redactor(secrets)
         self.parameters = self.redactor.data(dict(parameters or {}))
         self.extra = self.redactor.data(dict(extra or {}))
-        self.signing_key = signing_key
-        self.project_root = project_root
-        self.timeline: list[dict[str, Any]] = []
-        self.sealed: SealedBundle | None = None
+        # The marker names the run, so that a bundle whose process was killed can still be sealed.
+        (self.path / UNSEALED).write_text(json.dumps({
+            "run_id": self.run_id, "runbook": runbook, "target": target, "started_at": utc_iso(self.started),
+            "pid": os.getpid(), "parameters": self.parameters, "extra": self.extra}, default=str))
+
+    @classmethod
+    def resume(cls, path: Path, *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,
+               project_root: Path | None = None) -> "BundleWriter":
+        """Take over an unsealed bundle (its writer was killed) to add what is left and seal it."""
+        if not (path / UNSEALED).is_file() or (path / MANIFEST).exists():
+            raise EvidenceError(f"{path} is not an unsealed bundle")
+        return cls(path.parent, "", "", secrets=secrets, signing_key=signing_key, project_root=project_root,
+                   _resume=path)
 
     # -- writing -----------------------------------------------------------------------------
     def _destination(self, relative: str) -> Path:
@@ -211,11 +233,17 @@ class BundleWriter:
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Add an event to the run's timeline (written as timeline.jsonl when sealed)."""
-        now = time.time()
-        entry = {"ts": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="microseconds")
-                 .replace("+00:00", "Z"), "t": now, "kind": kind, **fields}
-        self.timeline.append(self.redactor.data(entry))
+        entry = {"t": time.time(), "kind": kind, **fields}
+        self.add_events([entry])
         return entry
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        """Merge events (each with an epoch `t`) into the one timeline this bundle seals."""
+        for entry in events:
+            moment = float(entry.get("t", time.time()))
+            stamped = {"ts": datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="microseconds")
+                       .replace("+00:00", "Z"), **entry, "t": moment}
+            self.timeline.append(self.redactor.data(stamped))
 
     # -- sealing -----------------------------------------------------------------------------
     def _files(self) -> dict[str, dict[str, Any]]:
@@ -231,8 +259,9 @@ class BundleWriter:
         if self.sealed is not None:
             return self.sealed
         if self.timeline:
+            ordered = sorted(self.timeline, key=lambda e: e["t"])
             atomic_create(self.path / "timeline.jsonl",
-                          "".join(json.dumps(e, sort_keys=True) + "\n" for e in self.timeline).encode())
+                          "".join(json.dumps(e, sort_keys=True, default=str) + "\n" for e in ordered).encode())
         key = signing.load_private_key(self.signing_key) if self.signing_key else None
         manifest: dict[str, Any] = {
             "format": FORMAT, "bundle": self.path.name, "run_id": self.run_id, "runbook": self.runbook,

@@ -40,7 +40,7 @@ class BundleRow:
             return "no manifest: not a bundle drillbook sealed"
         if self.summary is None:
             return f"sealed {self.status} without a summary"
-        if self.status != "complete":
+        if self.status not in ("complete", "interrupted", "killed"):
             return f"sealed {self.status}: {self.summary.reason}" if self.summary.reason else f"sealed {self.status}"
         if self.summary.reason:
             return self.summary.reason

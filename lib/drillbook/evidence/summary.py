@@ -26,7 +26,7 @@ def figure(value: float | None, unit: str = "") -> str:
     return f"{shown}{unit}"
 
 
-Verdict = Literal["PASS", "FAIL", "ERROR", "ABORTED"]
+Verdict = Literal["PASS", "FAIL", "ERROR", "ABORTED", "INTERRUPTED"]
 Comparison = Literal["<=", "<", ">=", ">", "=="]
 
 
@@ -63,8 +63,22 @@ class RunSummary(BaseModel):
     reason: str = ""
 
     @classmethod
-    def judge(cls, runbook: str, control: str, metrics: dict, checks: list[SloCheck], reason: str = "") -> "RunSummary":
-        verdict: Verdict = "PASS" if checks and all(c.passed for c in checks) else "FAIL"
+    def judge(cls, runbook: str, control: str, metrics: dict, checks: list[SloCheck], reason: str = "",
+              errors: list[str] | None = None) -> "RunSummary":
+        """PASS when every check passed; FAIL when one failed on a measured value; ERROR when
+        something could not run (errors: an experiment that errored or was aborted) and no check
+        failed on a measured value, or when there was nothing to judge."""
+        measured_failures = [c for c in checks if c.value is not None and not c.passed]
+        if errors and not measured_failures:
+            verdict: Verdict = "ERROR"
+            reason = "; ".join([*errors, *([reason] if reason else [])])
+        elif not checks:
+            verdict, reason = "ERROR", reason or "nothing was judged: the run recorded no SLO check"
+        elif all(c.passed for c in checks):
+            verdict = "PASS"
+        else:
+            verdict = "FAIL"
+            reason = reason or "; ".join(c.describe() for c in checks if not c.passed)
         return cls(runbook=runbook, control=control, verdict=verdict, metrics=metrics, checks=checks, reason=reason)
 
     def to_json(self) -> dict:

@@ -26,10 +26,26 @@ class Finding:
     severity: str = "error"
 
 
+COMPLETE = "complete"
+
+
 @dataclass
 class VerifyReport:
     checked: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    states: dict[str, str] = field(default_factory=dict)  # bundle -> complete, interrupted, killed, incomplete, unsealed
+
+    def counts(self) -> dict[str, int]:
+        """How many bundles are in each state."""
+        counted: dict[str, int] = {}
+        for state in self.states.values():
+            counted[state] = counted.get(state, 0) + 1
+        return counted
+
+    @property
+    def not_complete(self) -> list[str]:
+        """Bundles whose run did not end as planned: their evidence is partial."""
+        return sorted(name for name, state in self.states.items() if state != COMPLETE)
 
     @property
     def errors(self) -> list[Finding]:
@@ -117,6 +133,7 @@ def check_chain(results_dir: Path, entries: list[LedgerEntry], report: VerifyRep
         if manifest is None or digest is None:
             report.add(entry.bundle, "manifest-missing", f"{MANIFEST} is missing")
             continue
+        report.states[entry.bundle] = str(manifest.get("status", "unknown"))
         if digest != entry.manifest_sha256:
             report.add(entry.bundle, "manifest-changed", f"{MANIFEST} differs from the digest in the ledger")
         linked = (manifest.get("previous") or {}).get("manifest_sha256")
@@ -143,6 +160,7 @@ def verify_path(path: Path, trusted: set[str] | None = None) -> VerifyReport:
             continue
         report.checked.append(folder.name)
         if (folder / UNSEALED).exists():
+            report.states[folder.name] = "unsealed"
             report.add(folder.name, "unsealed", "run ended before sealing (no manifest); contents not attested",
                        severity="warning")
         else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import hmac
 import ipaddress
 import json
@@ -31,6 +30,7 @@ from aiohttp import web
 from drillbook.config import Defect
 from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable
+from drillbook.processes import die_with_parent
 from drillbook.sandbox.runtime import Runtime
 from drillbook.sandbox.service import LOOPBACK, use_fast_event_loop
 from drillbook.sandbox.store import BackupInfo, StateStore
@@ -50,10 +50,8 @@ def utc_iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the supervisor dies, so nothing is orphaned."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+# Runs in the child before exec: SIGKILL it when the supervisor dies, so nothing is orphaned.
+_die_with_parent = die_with_parent(signal.SIGKILL)
 
 
 class EventLog:

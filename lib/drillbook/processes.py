@@ -1,0 +1,138 @@
+"""Processes drillbook starts die with it, and those a killed drillbook left behind can be found.
+
+A child is started in its own process group (so the group can be stopped whole) with a parent-
+death signal (so it goes when the process that started it dies, even by SIGKILL). Long-running
+children are written to a small ledger (`<state dir>/processes.jsonl`) with their owner's pid
+and both processes' start times, so `drillbook rollback` can stop what a dead owner left, and
+never a process that only reuses a pid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn: the child gets signum when the thread that started it ends."""
+
+    def preexec() -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signum)
+
+    return preexec
+
+
+def start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, from /proc), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # a zombie has finished: nothing left to stop
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int, ticks: int | None) -> bool:
+    """True while pid is still the process that started at ticks (not a reused pid)."""
+    return ticks is not None and start_ticks(pid) == ticks
+
+
+def stop_group(pgid: int, grace_s: float = 3.0) -> bool:
+    """SIGTERM a process group, then SIGKILL what is left after grace_s; True if anything was there."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+@dataclass(frozen=True)
+class Started:
+    """One child drillbook started and must not outlive: its group, and who owns it."""
+
+    kind: str
+    pid: int
+    ticks: int | None
+    owner_pid: int
+    owner_ticks: int | None
+    detail: str
+    at: float
+
+
+class ProcessLedger:
+    """Append-only JSONL of children started and stopped; open entries of dead owners are leftovers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _append(self, record: dict[str, object]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def started(self, kind: str, pid: int, detail: str) -> Started:
+        owner = os.getpid()
+        entry = Started(kind, pid, start_ticks(pid), owner, start_ticks(owner), detail, time.time())
+        self._append({"started": asdict(entry)})
+        return entry
+
+    def stopped(self, entry: Started, how: str) -> None:
+        self._append({"stopped": entry.pid, "ticks": entry.ticks, "how": how, "at": time.time()})
+
+    def open_entries(self) -> list[Started]:
+        if not self.path.exists():
+            return []
+        entries: dict[tuple[int, int | None], Started] = {}
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut by a kill: nothing to act on
+                continue
+            if "started" in record:
+                entry = Started(**record["started"])
+                entries[(entry.pid, entry.ticks)] = entry
+            elif "stopped" in record:
+                entries.pop((record["stopped"], record.get("ticks")), None)
+        return list(entries.values())
+
+    def stop_orphans(self) -> list[str]:
+        """Stop every recorded child whose owner is gone; close entries of children already gone."""
+        done = []
+        for entry in self.open_entries():
+            if entry.kind == "run":
+                continue  # a run is not stopped but sealed (drillbook.execute.recover_killed_runs)
+            if same_process(entry.owner_pid, entry.owner_ticks):
+                continue  # its owner still runs it
+            if same_process(entry.pid, entry.ticks):
+                stop_group(entry.pid)
+                self.stopped(entry, "stopped: its owner is gone")
+                done.append(f"{entry.kind} pid {entry.pid} ({entry.detail}) stopped: owner {entry.owner_pid} is gone")
+            else:
+                self.stopped(entry, "already gone")
+        return done

@@ -1,0 +1,77 @@
+"""The scenario registry: one declaration per runbook, drills and on-call runbooks alike.
+
+A declaration names the runbook, the control the report files it under, and its parameters as one
+typed model: the only place their defaults and limits are written (a test keeps each notebook's
+parameters cell equal to it). `-p` values, a profile's SLOs and a game-day plan's parameters are
+all checked against it before a kernel starts, and so are the limits that depend on the target
+(`check_target`: no more replicas killed than the target runs). Adding a scenario is one module
+here, its notebook and its experiment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from drillbook.config import validation_line
+from drillbook.errors import ConfigError
+
+if TYPE_CHECKING:
+    from drillbook.targets import Target
+
+UNKNOWN_CONTROL = "unknown"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one runbook is: its name, its control, its parameters, its experiment."""
+
+    name: str
+    control: str
+    parameters: type[BaseModel]
+    summary: str
+    experiment: str | None = None
+    oncall: bool = False
+    target_check: Callable[[BaseModel, "Target"], str | None] | None = None
+
+    def validate(self, values: dict[str, Any]) -> BaseModel:
+        """values (already of the right types) against the declared limits; one ConfigError line."""
+        try:
+            return self.parameters.model_validate(values)
+        except ValidationError as error:
+            raise ConfigError(f"{self.name}: {validation_line(error)}") from None
+
+    def check_target(self, values: dict[str, Any], target: "Target") -> None:
+        """The limits that depend on the target, asked of it before anything is touched."""
+        if self.target_check is None:
+            return
+        problem = self.target_check(self.validate(values), target)
+        if problem:
+            raise ConfigError(f"{self.name}: {problem}")
+
+
+REGISTRY: dict[str, Scenario] = {}
+
+
+def register(scenario: Scenario) -> Scenario:
+    if scenario.name in REGISTRY:
+        raise ValueError(f"scenario {scenario.name} is declared twice")
+    REGISTRY[scenario.name] = scenario
+    return scenario
+
+
+def scenario(name: str) -> Scenario | None:
+    """The declaration of a runbook, or None for a runbook of the user's own that declares none."""
+    return REGISTRY.get(name)
+
+
+def control_of(runbook: str) -> str:
+    """The control a runbook's evidence counts for, from its declaration (never from the notebook,
+    which may not have run far enough to say)."""
+    declared = REGISTRY.get(runbook)
+    return declared.control if declared else UNKNOWN_CONTROL
+
+
+from drillbook.scenarios import cold_start, ha_replica_loss, noisy_neighbour, oncall, restore_drill  # noqa: E402,F401

@@ -1,0 +1,47 @@
+"""HA: kill agent replicas mid-session; nothing acknowledged may be lost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import model_validator
+
+from drillbook.scenarios import Scenario, register
+from drillbook.scenarios.limits import Count, Fraction, Parameters, Seconds, Wait
+
+if TYPE_CHECKING:
+    from drillbook.targets import Target
+
+
+class HaReplicaLossParameters(Parameters):
+    users: Count = 8
+    duration_s: Seconds = 12.0
+    kill_count: Count = 1
+    kill_after_s: Wait = 4.0
+    think_time_s: Wait = 0.2
+    max_error_rate: Fraction = 0.0
+    max_recovery_s: Seconds = 10.0
+    max_p95_ms: Seconds = 2000.0
+
+    @model_validator(mode="after")
+    def _kill_lands_during_load(self) -> "HaReplicaLossParameters":
+        if self.kill_after_s >= self.duration_s:
+            raise ValueError(f"kill_after_s {self.kill_after_s:g} must be below duration_s {self.duration_s:g}: "
+                             "the kill has to land while the load runs")
+        return self
+
+
+def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> str | None:
+    try:
+        running = target.desired("agent")
+    except Exception:  # noqa: BLE001 - a target that cannot say is judged by the run itself
+        return None
+    if parameters.kill_count > running:
+        return f"kill_count {parameters.kill_count} is more than the {running} agent replicas the target runs"
+    return None
+
+
+SCENARIO = register(Scenario(
+    name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
+    summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
+    target_check=_enough_replicas))

@@ -1,0 +1,35 @@
+"""Noisy neighbour: an aggressor tenant floods shared inference; the victim's latency must hold."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from drillbook.scenarios import Scenario, register
+from drillbook.scenarios.limits import Count, Fraction, Parameters, Ratio, Seconds
+
+if TYPE_CHECKING:
+    from drillbook.targets import Target
+
+
+class NoisyNeighbourParameters(Parameters):
+    victim_tenant: str = Field("tenant-a", min_length=1)
+    victim_sessions: Count = 2
+    baseline_s: Seconds = 3.0
+    burst_s: Seconds = 5.0
+    max_victim_p95_ratio: Ratio = 3.0
+    max_victim_error_rate: Fraction = 0.0
+
+
+def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") -> str | None:
+    _, keys = target.gateway()
+    if parameters.victim_tenant not in keys:
+        return f"victim_tenant {parameters.victim_tenant!r} is not a tenant of the target ({', '.join(keys)})"
+    return None
+
+
+SCENARIO = register(Scenario(
+    name="noisy-neighbour", control="isolation", parameters=NoisyNeighbourParameters, experiment="noisy-neighbour",
+    summary="an aggressor floods shared inference; the victim's p95 stays within its budget of its own baseline",
+    target_check=_victim_is_a_tenant))

@@ -1,0 +1,41 @@
+"""The on-call runbooks: triage, restore agent state, shed a noisy tenant."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from drillbook.scenarios import Scenario, register
+from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds
+
+
+class TriageParameters(OnCall):
+    window_s: Seconds = 10.0
+
+
+class RestoreAgentStateParameters(OnCall):
+    backup: str = Field("latest", min_length=1)
+    dry_run: bool = True
+    confirm: str = ""
+    timeout_s: Seconds = 60.0
+
+
+class ShedNoisyTenantParameters(OnCall):
+    tenant: str = ""
+    rps: Rate = 5.0
+    burst: Count = 5
+    quota: str = ""
+    measure_s: Seconds = 5.0
+    undo: bool = False
+    dry_run: bool = True
+    confirm: str = ""
+
+
+TRIAGE = register(Scenario(
+    name="agent-latency-triage", control="oncall-triage", parameters=TriageParameters, oncall=True,
+    summary="read-only findings in plain words, naming the runbook to run next"))
+RESTORE = register(Scenario(
+    name="restore-agent-state", control="oncall-restore", parameters=RestoreAgentStateParameters, oncall=True,
+    summary="restore the state store from a backup, with pre- and post-checks (dry run by default)"))
+SHED = register(Scenario(
+    name="shed-noisy-tenant", control="oncall-shed", parameters=ShedNoisyTenantParameters, oncall=True,
+    summary="lower one tenant's limit and measure the others before and after (dry run by default)"))
