@@ -22,8 +22,13 @@ The tree::
     ├── LoadRunOverran                Locust outlived its bound and was killed with its children
     └── EvidenceError                 a bundle could not be written as evidence must be
 
-The CLI catches DrillbookError at its edge and prints ``drillbook: <message>``; nothing else
-reaches the user as a traceback.
+    KeyboardInterrupt
+    └── Interrupted (drillbook.shutdown)  exit 128 + signal: SIGINT or SIGTERM stopped the run; it
+                                      says what was rolled back and which bundle was sealed
+
+The CLI catches DrillbookError and Interrupted at its edge and prints ``drillbook: <message>``;
+nothing else reaches the user as a traceback. Interrupted is a KeyboardInterrupt, not a
+DrillbookError, so that no ``except Exception`` swallows it and chaoslib rolls back on it.
 """
 
 from __future__ import annotations

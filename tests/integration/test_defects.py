@@ -41,8 +41,8 @@ def test_slow_model_load_keeps_the_model_unready_for_longer(sandbox_factory):
             event = next(e for e in control.events() if e["kind"] == "replica_ready" and e["service"] == "model")
         return float(event["since_start_s"])
 
-    assert ready_after(handle) < 2.0
-    assert ready_after(slow) >= 8.0
+    # the defect holds the model back 8 s from its start; without it the same start takes 0.2 s
+    assert ready_after(slow) >= 8.0 > ready_after(handle)
 
 
 def test_no_fair_sharing_lets_a_flood_delay_another_tenant(sandbox_factory):

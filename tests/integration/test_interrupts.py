@@ -278,3 +278,24 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
     assert ha_summary["verdict"] == "INTERRUPTED"
     assert launcher.find(state) is None
     assert runner.left_over() == []  # the sandbox it started is gone with it
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "ha-replica-loss", "-p", "kill_count=5"], "kill_count 5 is more than the 2 agent replicas"),
+    (["run", "ha-replica-loss", "-p", "kill_count=0"], "invalid kill_count"),
+    (["run", "cold-start", "-p", "trials=0"], "invalid trials"),
+    (["run", "noisy-neighbour", "-p", "victim_tenant=nobody"], "victim_tenant 'nobody' is not a tenant"),
+    (["load", "agent-sessions", "--duration", "5s", "--set", "think-time=-1"], "invalid --set think-time=-1"),
+])
+def test_parameters_that_cannot_work_are_refused_before_anything_is_touched(sandbox, tmp_path, args, message):
+    before = replicas(sandbox)
+    results = tmp_path / "results"
+    extra = ["--out", str(tmp_path / "load")] if args[0] == "load" else ["--results", str(results)]
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(sandbox.state_dir)}
+    result = subprocess.run([sys.executable, "-m", "drillbook", *args, *extra], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not results.exists() and not (tmp_path / "load").exists()
+    assert replicas(sandbox) == before and not ledger_entries(sandbox.state_dir, "locust")

@@ -129,9 +129,9 @@ def _timeline_handler(timeline: list[dict[str, Any]], restore: list[tuple[int, A
     from chaoslib.run import RunEventHandler
 
     class TimelineHandler(RunEventHandler):  # type: ignore[misc]
-        """Writes every activity's start and end into the run's timeline, and notes a SIGINT or
-        SIGTERM that arrives during the run (chaoslib handles both, with rollbacks, but keeps no
-        record of which it was; a safeguard's stop looks the same to it)."""
+        """Writes every activity's start and end into the run's timeline, and turns a SIGINT or
+        SIGTERM during the run into Interrupted, noted in the timeline (chaoslib keeps no record
+        of which signal it was; a safeguard's stop looks the same to it)."""
 
         def _add(self, kind: str, **fields: Any) -> None:
             timeline.append({"t": time.time(), "kind": kind, **fields})
@@ -144,12 +144,14 @@ def _timeline_handler(timeline: list[dict[str, Any]], restore: list[tuple[int, A
                 restore.append((signum, handler))
 
                 def noting(received: int, frame: Any, handler: Any = handler) -> None:
+                    if handler == signal.SIG_IGN:
+                        return
                     SHUTDOWN.note(received)
                     self._add("signal_received", signal=signal.Signals(received).name)
-                    if callable(handler):
-                        handler(received, frame)
-                    elif handler != signal.SIG_IGN:
-                        raise KeyboardInterrupt
+                    # Raised as Ctrl-C whichever it was: chaoslib stops the method at once and rolls
+                    # back (its SIGTERM exception, raised inside an activity, is only that activity
+                    # failing, and the method goes on).
+                    raise Interrupted(received, time.time())
                 signal.signal(signum, noting)
 
         def start_activity(self, activity: dict[str, Any]) -> None:

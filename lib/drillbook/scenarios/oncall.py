@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from drillbook.scenarios import Scenario, register
-from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds
+from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds, Wait
 
 
 class TriageParameters(OnCall):
@@ -24,7 +24,7 @@ class ShedNoisyTenantParameters(OnCall):
     rps: Rate = 5.0
     burst: Count = 5
     quota: str = ""
-    measure_s: Seconds = 5.0
+    measure_s: Wait = 5.0  # 0: change without measuring (a target with no tenant metrics)
     undo: bool = False
     dry_run: bool = True
     confirm: str = ""

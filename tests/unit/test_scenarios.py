@@ -1,0 +1,59 @@
+"""The scenario registry is the one source of each runbook's parameters, limits and control: the
+notebooks' parameters cells must say exactly what the declarations say."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from drillbook.errors import ConfigError
+from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path, validate_parameters
+from drillbook.scenarios import REGISTRY, UNKNOWN_CONTROL, control_of, scenario
+
+
+def test_every_shipped_runbook_is_declared_and_every_declaration_has_its_runbook():
+    assert set(REGISTRY) == set(available_runbooks(oncall=True))
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_the_notebook_parameters_cell_equals_the_declaration(name):
+    declared = REGISTRY[name].parameters
+    cell = {n: p.default for n, p in notebook_parameters(runbook_path(name)).items() if n not in INJECTED}
+    model = {n: field.default for n, field in declared.model_fields.items()}
+    assert cell == model
+    assert {n: type(v) for n, v in cell.items()} == {n: type(v) for n, v in model.items()}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_the_notebook_files_its_evidence_under_the_declared_control(name):
+    source = "\n".join(c.source for c in nbformat.read(str(runbook_path(name)), as_version=4).cells)
+    begun = re.search(r'Run\.begin\("([^"]+)", "([^"]+)"', source)
+    assert begun and begun.groups() == (name, REGISTRY[name].control)
+    assert control_of(name) == REGISTRY[name].control
+
+
+def test_an_undeclared_runbook_has_the_unknown_control():
+    assert control_of("my-own-drill") == UNKNOWN_CONTROL and scenario("my-own-drill") is None
+
+
+@pytest.mark.parametrize(("runbook", "overrides", "message"), [
+    ("ha-replica-loss", {"kill_count": "0"}, "invalid kill_count"),
+    ("ha-replica-loss", {"kill_after_s": "12"}, "must be below duration_s"),
+    ("ha-replica-loss", {"users": "0"}, "invalid users"),
+    ("ha-replica-loss", {"max_error_rate": "1.5"}, "invalid max_error_rate"),
+    ("cold-start", {"trials": "0"}, "invalid trials"),
+    ("cold-start", {"slo_p95_s": "0"}, "invalid slo_p95_s"),
+    ("restore-drill", {"sessions": "0"}, "invalid sessions"),
+    ("noisy-neighbour", {"burst_s": "0"}, "invalid burst_s"),
+    ("shed-noisy-tenant", {"tenant": "tenant-b", "rps": "0"}, "invalid rps"),
+])
+def test_parameters_that_cannot_give_a_meaningful_result_are_refused(runbook, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_parameters(runbook_path(runbook), overrides)
+
+
+def test_the_defaults_are_within_their_own_limits():
+    for name in REGISTRY:
+        validate_parameters(runbook_path(name), {"tenant": "tenant-b"} if name == "shed-noisy-tenant" else {})
