@@ -69,6 +69,17 @@ def stop_group(pgid: int, grace_s: float = 3.0) -> bool:
     return True
 
 
+def append_record(path: Path, record: dict[str, object]) -> None:
+    """Append one JSON line under an exclusive lock and fsync it: a ledger line is on disk before
+    the fault it records is applied (or the process it records is relied on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 @dataclass(frozen=True)
 class Started:
     """One child drillbook started and must not outlive: its group, and who owns it."""
@@ -89,12 +100,7 @@ class ProcessLedger:
         self.path = Path(path)
 
     def _append(self, record: dict[str, object]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_record(self.path, record)
 
     def started(self, kind: str, pid: int, detail: str) -> Started:
         owner = os.getpid()

@@ -7,14 +7,14 @@ undone. Undoing twice is harmless: an undone fault is not undone again.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from drillbook.processes import append_record
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,7 @@ class FaultLedger:
         self.path = Path(path)
 
     def _append(self, record: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_record(self.path, record)
 
     def record(self, run_id: str, target: str, kind: str, undo: dict[str, Any], **detail: Any) -> Fault:
         fault = Fault(uuid.uuid4().hex[:12], run_id, target, kind, undo, detail, time.time())
