@@ -225,8 +225,10 @@ def test_the_deploy_manifests_apply_to_the_test_cluster_where_v1_20_serves_them(
             wait_for(lambda: apps.read_namespaced_deployment(name, "agents").status.ready_replicas == replicas,
                      timeout=60)
         quota = core.read_namespaced_resource_quota("inference", "agents")
-        wait_for(lambda: core.read_namespaced_resource_quota("inference", "agents").status.used, timeout=30)
-        assert core.read_namespaced_resource_quota("inference", "agents").status.used["requests.nvidia.com/gpu"] == "1"
+        # The quota controller first publishes status.used with zeros, then recounts the pods.
+        used = lambda: (core.read_namespaced_resource_quota("inference", "agents").status.used or {}).get(
+            "requests.nvidia.com/gpu")
+        wait_for(lambda: used() == "1", timeout=30)
         assert quota.spec.hard["requests.nvidia.com/gpu"] == "2"
         policies = client.NetworkingV1Api(k8s_cluster.api).list_network_policy_for_all_namespaces().items
         assert {p.metadata.namespace for p in policies} >= {"tenant-a", "tenant-b"}
