@@ -200,13 +200,43 @@ ENV_RESULTS = "DRILLBOOK_RESULTS"
 ENV_SIGNING_KEY = "DRILLBOOK_SIGNING_KEY"
 
 
+def usable_folder(path: Path, what: str) -> Path:
+    """path made absolute, or one ConfigError line when it cannot be a folder (a file, a symlink loop)."""
+    try:
+        resolved = path.expanduser().resolve()
+    except (RuntimeError, OSError) as error:  # RuntimeError: a symlink loop
+        raise ConfigError(f"{what} {path} cannot be used: {error}") from None
+    if resolved.exists() and not resolved.is_dir():
+        raise ConfigError(f"{what} {path} is a file, not a folder")
+    return resolved
+
+
 def results_dir(explicit: Path | None = None) -> Path:
     """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project
     folder (the current folder unless $DRILLBOOK_HOME names another)."""
     if explicit is not None:
-        return explicit.expanduser().resolve()
+        return usable_folder(explicit, "results folder")
     configured = os.environ.get(ENV_RESULTS)
-    return Path(configured).expanduser().resolve() if configured else project_dir() / "results"
+    return usable_folder(Path(configured) if configured else project_dir() / "results",
+                         f"results folder (${ENV_RESULTS})" if configured else "results folder")
+
+
+ENV_WITNESS = "DRILLBOOK_WITNESS"
+ENV_TRUSTED_KEYS = "DRILLBOOK_TRUSTED_KEYS"
+
+
+def witness_file() -> Path | None:
+    """Where each sealed bundle's signed ledger head is also appended, outside the results
+    folder ($DRILLBOOK_WITNESS), so that a cut tail of the history can be seen; None: nowhere."""
+    configured = os.environ.get(ENV_WITNESS)
+    return Path(configured).expanduser().resolve() if configured else None
+
+
+def trusted_keys_files() -> list[Path]:
+    """Public keys an auditor trusts, besides --public-key: $DRILLBOOK_TRUSTED_KEYS, one file of
+    PEM public keys (or several files separated by ':'). Never a private key found on the machine."""
+    configured = os.environ.get(ENV_TRUSTED_KEYS, "")
+    return [Path(part).expanduser() for part in configured.split(os.pathsep) if part]
 
 
 def default_signing_key_path() -> Path:
@@ -224,3 +254,9 @@ def signing_key() -> Path | None:
         return path
     default = default_signing_key_path()
     return default if default.exists() else None
+
+
+def evidence_settings() -> dict[str, object]:
+    """How every bundle of this process is sealed: signing key, witness file, project root (for git)."""
+    return {"signing_key": signing_key(), "witness": witness_file(), "project_root": project_dir()}
+

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook import project
-from drillbook.config import project_dir, results_dir, signing_key
+from drillbook.config import evidence_settings, results_dir
 from drillbook.errors import ConfigError
 from drillbook.processes import ProcessLedger
 from drillbook.profile import load_profile
@@ -198,7 +198,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     work, executed = scratch / "work", scratch / "runbook.ipynb"
     work.mkdir()
     bundle = BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=workload.secrets(),
-                          signing_key=signing_key(), project_root=project_dir())
+                          **evidence_settings())
     ledger = ProcessLedger(state / PROCESSES)
     run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
     ending = RunEnding()
@@ -379,7 +379,7 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
                 secrets = target_for(profile, state).secrets()
             except Exception:  # noqa: BLE001 - the target may be gone; the bundle's own values are redacted
                 secrets = []
-            bundle = BundleWriter.resume(folder, secrets=secrets, signing_key=signing_key(), project_root=project_dir())
+            bundle = BundleWriter.resume(folder, secrets=secrets, **evidence_settings())
             killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
             ending = RunEnding(error=f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died "
                                      "before it could seal this run; sealed afterwards by drillbook rollback")

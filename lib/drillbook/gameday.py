@@ -18,7 +18,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from drillbook import project
-from drillbook.config import StrictModel, project_dir, results_dir, signing_key, validation_line
+from drillbook.config import StrictModel, evidence_settings, results_dir, validation_line
 from drillbook.errors import ConfigError, GameDayLocked
 from drillbook.profile import load_profile
 
@@ -187,7 +187,7 @@ def _seal_summary(plan: GameDayPlan, target: str, runs: list[tuple[str, str, Pat
     summary = RunSummary(runbook=f"gameday-{plan.name}", control="gameday", verdict=verdict, metrics=metrics,
                          checks=checks, reason=reason)
     bundle = BundleWriter(results_dir(results), f"gameday-{plan.name}", target, plan.model_dump(),
-                          signing_key=signing_key(), project_root=project_dir())
+                          **evidence_settings())
     bundle.write_json("summary.json", summary.to_json())
     bundle.seal("interrupted" if stopped is not None else "complete")
     return bundle.path

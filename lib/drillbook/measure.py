@@ -15,6 +15,9 @@ import pandas as pd
 from drillbook.evidence.summary import SloCheck
 
 
+PERCENTILE = "nearest rank: the smallest measured value with at least the quantile of all values at or below it"
+
+
 def percentile(values: Iterable[float], quantile: float) -> float:
     """Nearest-rank percentile: the smallest value with at least `quantile` of the values at or below it."""
     ordered = sorted(v for v in values if v is not None and not math.isnan(v))
@@ -129,8 +132,15 @@ def restore_figures(disaster_at: float, healthy_with_data_at: float | None, last
     )
 
 
-def check(name: str, value: float | None, comparison: str, threshold: float, unit: str = "") -> SloCheck:
-    """An SLO check; a value that could not be measured (None or nan) fails."""
+NOT_MEASURED = "the run produced no value for it"
+
+
+def check(name: str, value: float | None, comparison: str, threshold: float, unit: str = "",
+          missing: str = "") -> SloCheck:
+    """An SLO check; a value that could not be measured (None or nan) fails, and says why
+    (missing: the reason, in words; a generic one when the caller has none)."""
     if value is not None and isinstance(value, float) and math.isnan(value):
         value = None
-    return SloCheck(name=name, comparison=comparison, threshold=threshold, value=value, unit=unit)  # type: ignore[arg-type]
+    note = (missing or NOT_MEASURED) if value is None else ""
+    return SloCheck(name=name, comparison=comparison, threshold=threshold, value=value, unit=unit,  # type: ignore[arg-type]
+                    note=note)

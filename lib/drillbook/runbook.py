@@ -170,9 +170,10 @@ class Run:
         _display("record", {"name": name, "value": value, "unit": unit}, f"{name} = {shown}{unit}")
         return value
 
-    def check(self, name: str, value: float | None, comparison: str, threshold: float, unit: str = "") -> SloCheck:
-        """Judge a value against an SLO; unmeasured values fail."""
-        judged = slo_check(name, value, comparison, threshold, unit)
+    def check(self, name: str, value: float | None, comparison: str, threshold: float, unit: str = "",
+              missing: str = "") -> SloCheck:
+        """Judge a value against an SLO; unmeasured values fail, with missing as their reason."""
+        judged = slo_check(name, value, comparison, threshold, unit, missing)
         self.checks.append(judged)
         _append(self.work_dir / RECORDS, {"check": judged.model_dump()})
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())

@@ -164,7 +164,8 @@ def test_a_killed_writer_leaves_an_unsealed_bundle_that_verify_reports(results):
     write_bundle(results)
     report = verify_path(results)
     assert report.ok
-    assert [f.kind for f in report.findings] == ["unsealed"]
+    assert [f.kind for f in report.findings if f.bundle != "ledger"] == ["unsealed"]
+    assert report.not_complete == [next(name for name, state in report.states.items() if state == "unsealed")]
 
 
 def test_secrets_never_reach_any_file_of_a_bundle(results, monkeypatch):
@@ -185,7 +186,7 @@ def test_secrets_never_reach_any_file_of_a_bundle(results, monkeypatch):
         manifest["parameters"]["dsn"] == "***REDACTED***"
 
 
-def test_report_renders_real_sandbox_bundles_with_their_figures_and_digests(tmp_path):
+def test_report_lists_sandbox_smoke_bundles_as_evidence_that_is_no_control(tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "200"}
     for _ in range(2):
@@ -196,18 +197,19 @@ def test_report_renders_real_sandbox_bundles_with_their_figures_and_digests(tmp_
                             capture_output=True, text=True, timeout=60)
     assert verify.returncode == 0 and "2 bundles checked, 2 intact" in verify.stdout
     html = render_report(results)
-    bundles = sorted(p for p in results.iterdir() if p.is_dir())
-    latest = bundles[-1]
-    summary = json.loads((latest / "summary.json").read_text())
-    digest = read_ledger(results)[-1].manifest_sha256
-    assert latest.name in html and digest in html
-    assert f"{summary['metrics']['recovery_time_s']:.3g}s" in html
-    assert "data:image/png;base64," in html and "Resilience score" in html
+    latest = sorted(p for p in results.iterdir() if p.is_dir())[-1]
+    for entry in read_ledger(results):  # each digest once, in the list of bundles
+        assert html.count(entry.manifest_sha256) == 1
+    assert latest.name in html
+    controls, rest = html.split("<h2>Other evidence (not a control, not scored)</h2>")
+    others = rest.split("<h2>Verification</h2>")[0]
+    assert "sandbox-smoke" not in controls and others.count("<td>sandbox-smoke</td>") == 2
+    assert html.count("none\">NO EVIDENCE") == 4 * 2 and '<p class="score">no runs</p>' in html  # summary table + sections
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
 
     tamper(latest / "summary.json", lambda p: p.write_text(p.read_text().replace('"sessions": 2', '"sessions": 3')))
     html = render_report(results)
-    assert "file-changed" in html and "fails verification" in html
+    assert "file-changed" in html and "fails verification" in html and "UNVERIFIED" in html
     listed = subprocess.run([sys.executable, "-m", "drillbook", "list", str(results)], env=env, capture_output=True,
                             text=True, timeout=60)
     assert listed.returncode == 0 and listed.stdout.count("PASS") == 2

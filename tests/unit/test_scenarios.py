@@ -40,7 +40,7 @@ def test_an_undeclared_runbook_has_the_unknown_control():
 
 @pytest.mark.parametrize(("runbook", "overrides", "message"), [
     ("ha-replica-loss", {"kill_count": "0"}, "invalid kill_count"),
-    ("ha-replica-loss", {"kill_after_s": "12"}, "must be below duration_s"),
+    ("ha-replica-loss", {"kill_after_s": "16"}, "must be below duration_s"),
     ("ha-replica-loss", {"users": "0"}, "invalid users"),
     ("ha-replica-loss", {"max_error_rate": "1.5"}, "invalid max_error_rate"),
     ("cold-start", {"trials": "0"}, "invalid trials"),

@@ -193,12 +193,13 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
     return result
 
 
-def store_recovered(max_rto_s: float, max_rpo_turns: int, configuration: dict[str, Any] | None = None) -> bool:
-    """Before the method: the store is healthy. After: RTO and RPO within target, integrity 100%."""
+def store_recovered(max_rto_s: float, max_rpo_s: float, configuration: dict[str, Any] | None = None) -> bool:
+    """Before the method: the store is healthy. After: RTO and RPO (the data-loss window, in
+    seconds) within target, integrity 100%."""
     run = RunContext.of(configuration or {})
     measured = run.measurement("restore")
     if measured is None:
         return run.target.store_healthy()
     return (bool(measured.get("healthy")) and measured.get("rto_s") is not None
-            and measured.get("rpo_turns") is not None and measured["rto_s"] <= max_rto_s
-            and measured["rpo_turns"] <= max_rpo_turns and measured.get("integrity") == 1.0)
+            and measured.get("rpo_s") is not None and measured["rto_s"] <= max_rto_s
+            and measured["rpo_s"] <= max_rpo_s and measured.get("integrity") == 1.0)

@@ -50,7 +50,7 @@ class RestoreDrill(StrictModel):
     turns_before: Count = 3
     turns_after: Annotated[int, Field(ge=0, le=1000)] = 2
     max_rto_s: Seconds = 30.0
-    max_rpo_turns: Annotated[int, Field(ge=0, le=1_000_000)] = 6
+    max_rpo_s: Seconds = 60.0
     restore_timeout_s: Seconds = 30.0
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from drillbook.cli.app import app, console
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for evidence manifests.")
 app.add_typer(keys_app, name="keys")
@@ -29,45 +32,112 @@ def keys_new(path: Optional[Path] = typer.Argument(None, help="Where to write th
     console.print(f"fingerprint {fingerprint}")
     if path is not None:
         console.print(f"set DRILLBOOK_SIGNING_KEY={target} to sign with it")
+    console.print(f"give auditors {target}.pub: they verify with --public-key (keep the old .pub files in "
+                  "their trusted-keys file when you rotate)", soft_wrap=True)
 
 
 def _trusted_keys(public_keys: list[Path]) -> set[str] | None:
-    from drillbook.config import signing_key
+    """What the auditor trusts: the keys named by --public-key and $DRILLBOOK_TRUSTED_KEYS, and
+    nothing else (a private key that happens to be on this machine proves nothing)."""
+    from drillbook.config import trusted_keys_files
     from drillbook.evidence import signing
 
-    trusted = {signing.fingerprint(signing.load_public_key(p)) for p in public_keys}
-    configured = signing_key()
-    if configured is not None:
-        trusted.add(signing.fingerprint(signing.load_private_key(configured).public_key()))
-    return trusted or None
+    return signing.trusted_fingerprints([*public_keys, *trusted_keys_files()])
+
+
+def _folder(path: Optional[Path]) -> Path:
+    """The results folder (or bundle) to read: one line and exit 2 when there is none."""
+    from drillbook.config import results_dir, usable_folder
+    from drillbook.errors import ConfigError
+
+    target = usable_folder(path, "results folder") if path else results_dir()
+    if not target.is_dir():
+        raise ConfigError(f"no results folder or bundle at {target}")
+    return target
+
+
+PUBLIC_KEY_HELP = "Trust signatures by the public key(s) in this file (repeat; also $DRILLBOOK_TRUSTED_KEYS)."
+
+
+@app.command("head")
+def head_command(
+    path: Optional[Path] = typer.Argument(None, help="Results folder (default: the results folder)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the head to this file (kept "
+                                          "outside the results folder) instead of printing it."),
+) -> None:
+    """Print the signed ledger head, to keep outside the results folder for `verify --expect-head`.
+
+    The head names how many entries the ledger has, its newest bundle and that bundle's manifest
+    digest, signed with the signing key when one is configured."""
+    import json
+
+    from drillbook.config import signing_key
+    from drillbook.errors import ConfigError
+    from drillbook.evidence.anchor import current_head
+
+    target = _folder(path)
+    head = current_head(target, signing_key())
+    if head is None:
+        raise ConfigError(f"{target} has no ledger entries yet; there is no head to keep")
+    text = json.dumps(head, indent=2, sort_keys=True) + "\n"
+    if output is None:
+        print(text, end="")
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    console.print(f"ledger head (entry {head['count']}, {head['bundle']}) written to {output}"
+                  f"{'' if head['signing'] else ' unsigned: no signing key is configured'}", soft_wrap=True)
 
 
 @app.command("verify")
 def verify_command(
     path: Optional[Path] = typer.Argument(None, help="A results folder or one bundle (default: the results folder)."),
-    public_key: list[Path] = typer.Option([], "--public-key", help="Trust signatures by this key (repeat)."),
+    public_key: list[Path] = typer.Option([], "--public-key", help=PUBLIC_KEY_HELP),
+    require_signed: bool = typer.Option(False, "--require-signed",
+                                        help="Fail when a signature is missing or cannot be checked against a "
+                                             "trusted key."),
+    expect_head: Optional[Path] = typer.Option(None, "--expect-head",
+                                               help="A ledger head kept outside (`drillbook head -o`, or the "
+                                                    "$DRILLBOOK_WITNESS file): the ledger must still hold it."),
     allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
                                           help="Exit 0 even when some runs were interrupted, killed or never sealed."),
 ) -> None:
-    """Recompute every digest, the chain and the signatures; exit 0 only when everything verifies
-    and every run was complete (interrupted, killed and unsealed runs exit 1 unless --allow-incomplete)."""
-    from drillbook.config import results_dir
-    from drillbook.errors import ConfigError
-    from drillbook.evidence import verify_path
+    """Recompute every digest, the chain, the signatures and the kept head.
 
-    target = path.resolve() if path else results_dir()
-    if not target.is_dir():
-        raise ConfigError(f"no results folder or bundle at {target}")
-    report = verify_path(target, _trusted_keys(public_key))
+    Exit 0 only when everything verifies and every run was complete (interrupted, killed and
+    unsealed runs exit 1 unless --allow-incomplete); exit 1 when evidence was changed or is
+    partial; exit 2 when the input cannot be used."""
+    from drillbook.evidence import verify_path
+    from drillbook.evidence.anchor import read_head
+    from drillbook.evidence.verify import LEDGER_FINDING
+
+    target = _folder(path)
+    trusted = _trusted_keys(public_key)
+    head = read_head(expect_head, target) if expect_head else None
+    report = verify_path(target, trusted, require_signed=require_signed, expected_head=head,
+                         head_source=str(expect_head) if expect_head else "")
     for finding in report.findings:
         style = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{style}]{finding.severity.upper()}[/] {finding.bundle}: {finding.kind}: {finding.detail}",
                       soft_wrap=True)
-    intact = len(set(report.checked) - {f.bundle for f in report.findings})
-    console.print(f"{len(report.checked)} bundles checked, {intact} intact, {len(report.errors)} errors, "
+    bundles = set(report.checked)
+    intact = len(bundles - {f.bundle for f in report.errors} - {f.bundle for f in report.findings
+                                                               if f.kind == "unsealed"})
+    console.print(f"{len(bundles)} bundles checked, {intact} intact, {len(report.errors)} errors, "
                   f"{len(report.findings) - len(report.errors)} warnings")
     counts = report.counts()
-    console.print("by state: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items())))
+    if counts:
+        console.print("by state: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items())))
+    signatures = report.signature_counts()
+    if signatures:
+        trust = f"against {report.keys_trusted} trusted key(s)" if trusted is not None else \
+            "not checked against any trusted key"
+        console.print(f"signatures ({trust}): " + ", ".join(f"{n} {state}" for state, n in sorted(signatures.items())),
+                      soft_wrap=True)
+    if not any(f.bundle == LEDGER_FINDING and f.kind.startswith(("history", "head")) for f in report.findings):
+        console.print(f"history: {report.entries} ledger entries; "
+                      + (report.head or "no kept head given (--expect-head): a cut tail cannot be seen"),
+                      soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
     if report.not_complete and not allow_incomplete:
@@ -76,21 +146,39 @@ def verify_command(
         raise typer.Exit(1)
 
 
+def _moment(text: Optional[str], option: str) -> "datetime | None":
+    """--since/--until: an ISO date or date and time (UTC unless it says otherwise)."""
+    from datetime import datetime, timezone
+
+    from drillbook.errors import ConfigError
+
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"invalid {option} {text!r}: use an ISO date such as 2026-12-01 or 2026-12-01T09:00Z") \
+            from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 @app.command("report")
 def report_command(
     path: Optional[Path] = typer.Argument(None, help="Results folder (default: the results folder)."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Where to write the HTML page."),
-    public_key: list[Path] = typer.Option([], "--public-key", help="Trust signatures by this key (repeat)."),
+    public_key: list[Path] = typer.Option([], "--public-key", help=PUBLIC_KEY_HELP),
+    since: Optional[str] = typer.Option(None, "--since", help="The period starts here (ISO date or time, UTC)."),
+    until: Optional[str] = typer.Option(None, "--until", help="The period ends here (ISO date or time, UTC)."),
 ) -> None:
-    """Write one self-contained HTML report of the controls, verdicts, trends and evidence digests."""
-    from drillbook.config import results_dir
-    from drillbook.errors import ConfigError
+    """Write the auditor's HTML report: every run of the period under its control.
+
+    Whatever its verdict, each run counts; the page shows the score, trends with thresholds,
+    verification findings and each bundle's digest."""
     from drillbook.evidence.report import write_report
 
-    target = path.resolve() if path else results_dir()
-    if not target.is_dir():
-        raise ConfigError(f"no results folder at {target}")
-    written = write_report(target, output, _trusted_keys(public_key))
+    start, end = _moment(since, "--since"), _moment(until, "--until")
+    target = _folder(path)
+    written = write_report(target, output, _trusted_keys(public_key), start, end)
     console.print(f"report written to {written}")
 
 
@@ -98,10 +186,9 @@ def report_command(
 def list_command(path: Optional[Path] = typer.Argument(None, help="Results folder."),
                  limit: int = typer.Option(50, help="How many bundles to show.")) -> None:
     """Show evidence bundles, newest first, with their verdicts."""
-    from drillbook.config import results_dir
     from drillbook.evidence import list_bundles
 
-    target = path.resolve() if path else results_dir()
+    target = _folder(path)
     rows = list_bundles(target)
     if not rows:
         console.print(f"no evidence bundles in {target}")

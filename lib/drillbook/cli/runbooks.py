@@ -16,7 +16,7 @@ from drillbook.cli.app import (
     name_value_pairs,
 )
 from drillbook.config import state_dir
-from drillbook.evidence.summary import figure
+from drillbook.evidence.summary import SloCheck
 
 
 @app.command("run")
@@ -57,8 +57,11 @@ def run_command(
         return
     from drillbook.profile import load_profile
 
+    from drillbook.config import results_dir
+
     overrides = name_value_pairs(parameter, "-p")
-    # bad input stops here, before a kernel starts: the runbook, its parameters, the profile
+    # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
+    results = results_dir(results)
     profile = load_profile(target)
     check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
     executed = execute(runbook, target, overrides, results, state_dir(state),
@@ -67,10 +70,9 @@ def run_command(
     colour = "green" if executed.verdict == "PASS" else "red"
     console.print(f"{executed.runbook}: [{colour}]{executed.verdict}[/]  evidence {executed.bundle}")
     for check in executed.summary.get("checks", []):
-        mark = "pass" if check["passed"] else "FAIL"
-        unit = check.get("unit", "")
-        console.print(f"  {mark}  {check['name']}: {figure(check['value'], unit)} {check['comparison']} "
-                      f"{figure(check['threshold'], unit)}", markup=False)
+        judged = SloCheck.model_validate({k: v for k, v in check.items() if k != "passed"})
+        console.print(f"  {'pass' if judged.passed else 'FAIL'}  {judged.name}: {judged.shown_value()} "
+                      f"{judged.comparison} {judged.shown_threshold()}", markup=False)
     if executed.summary.get("reason") and executed.verdict != "PASS":
         console.print(f"  {executed.summary['reason']}", markup=False)
     if executed.verdict != "PASS":

@@ -122,7 +122,7 @@ def sandbox_smoke(
     Starts a sandbox when none is running and stops it again afterwards.
     """
     from drillbook.config import SandboxConfig as Config
-    from drillbook.config import project_dir, results_dir, signing_key
+    from drillbook.config import evidence_settings, results_dir
     from drillbook.evidence import BundleWriter
     from drillbook.sandbox import launcher
     from drillbook.sandbox.smoke import run_smoke, smoke_summary
@@ -137,7 +137,7 @@ def sandbox_smoke(
     runtime = handle.runtime
     secrets = [*runtime.tenant_keys.values(), runtime.control_token, runtime.internal_token]
     with BundleWriter(results_dir(results), "sandbox-smoke", "sandbox", {"sessions": sessions, "turns": turns},
-                      secrets=secrets, signing_key=signing_key(), project_root=project_dir()) as bundle:
+                      secrets=secrets, **evidence_settings()) as bundle:
         try:
             bundle.event("smoke_started", gateway=handle.gateway_url)
             result = run_smoke(handle, sessions, turns, progress=say)

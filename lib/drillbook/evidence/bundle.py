@@ -110,14 +110,51 @@ class LedgerEntry:
     status: str
 
 
+BUNDLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _entry(data: Any) -> LedgerEntry:
+    """One ledger line as an entry, or ValueError saying what is wrong with it."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    try:
+        entry = LedgerEntry(**data)
+    except TypeError:
+        raise ValueError(f"fields {sorted(data)} are not those of a ledger entry") from None
+    if not isinstance(entry.seq, int) or not isinstance(entry.bundle, str) or not isinstance(entry.status, str):
+        raise ValueError("a field has the wrong type")
+    if not SHA256_HEX.match(str(entry.manifest_sha256)) or not (
+            entry.previous_manifest_sha256 is None or SHA256_HEX.match(str(entry.previous_manifest_sha256))):
+        raise ValueError("a digest is not 64 hex digits")
+    if not BUNDLE_NAME.match(entry.bundle):
+        raise ValueError(f"bundle {entry.bundle!r} is not the name of a folder inside the results folder")
+    return entry
+
+
+def parse_ledger(text: str) -> tuple[list[LedgerEntry], list[str]]:
+    """Every readable entry of a ledger, and one line for each line that is not one (a cut or
+    edited line, a bundle name that would lead outside the results folder)."""
+    entries: list[LedgerEntry] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(_entry(json.loads(line)))
+        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            problems.append(f"line {number} is not a ledger entry: {error}")
+    return entries, problems
+
+
 def read_ledger(results_dir: Path) -> list[LedgerEntry]:
+    """The ledger's entries; a damaged ledger is an EvidenceError (nothing is sealed onto it)."""
     path = results_dir / LEDGER
     if not path.exists():
         return []
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            entries.append(LedgerEntry(**json.loads(line)))
+    entries, problems = parse_ledger(path.read_text(encoding="utf-8", errors="replace"))
+    if problems:
+        raise EvidenceError(f"{path} is damaged ({problems[0]}); `drillbook verify` shows every problem")
     return entries
 
 
@@ -159,9 +196,10 @@ class BundleWriter:
     def __init__(self, results_dir: Path, runbook: str, target: str, parameters: Mapping[str, Any] | None = None,
                  *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,
                  project_root: Path | None = None, extra: Mapping[str, Any] | None = None,
-                 _resume: Path | None = None) -> None:
+                 witness: Path | None = None, _resume: Path | None = None) -> None:
         self.redactor = Redactor(secrets)
         self.signing_key = signing_key
+        self.witness = witness
         self.project_root = project_root
         self.timeline: list[dict[str, Any]] = []
         self.sealed: SealedBundle | None = None
@@ -193,12 +231,12 @@ class BundleWriter:
 
     @classmethod
     def resume(cls, path: Path, *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,
-               project_root: Path | None = None) -> "BundleWriter":
+               project_root: Path | None = None, witness: Path | None = None) -> "BundleWriter":
         """Take over an unsealed bundle (its writer was killed) to add what is left and seal it."""
         if not (path / UNSEALED).is_file() or (path / MANIFEST).exists():
             raise EvidenceError(f"{path} is not an unsealed bundle")
         return cls(path.parent, "", "", secrets=secrets, signing_key=signing_key, project_root=project_root,
-                   _resume=path)
+                   witness=witness, _resume=path)
 
     # -- writing -----------------------------------------------------------------------------
     def _destination(self, relative: str) -> Path:
@@ -286,9 +324,13 @@ class BundleWriter:
                 atomic_create(self.path / SIGNATURE, canonical_json({
                     "fingerprint": manifest["signing"]["fingerprint"], "manifest_sha256": digest,
                     "signature": signing.sign(key, digest)}))
-            ledger.append(LedgerEntry(len(entries) + 1, self.path.name, digest,
-                                      previous.manifest_sha256 if previous else None,
-                                      manifest["finished_at"], status))
+            entry = LedgerEntry(len(entries) + 1, self.path.name, digest,
+                                previous.manifest_sha256 if previous else None, manifest["finished_at"], status)
+            ledger.append(entry)
+            if self.witness is not None:  # the history's new head, kept outside the results folder
+                from drillbook.evidence.anchor import append_witness, head_of
+
+                append_witness(self.witness, head_of(self.results_dir, entry, key))
         (self.path / UNSEALED).unlink()
         make_read_only(self.path)
         self.sealed = SealedBundle(self.path, digest, status)

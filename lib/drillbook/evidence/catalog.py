@@ -26,6 +26,18 @@ class BundleRow:
         return self.path.name
 
     @property
+    def control(self) -> str:
+        """The control this run counts for, from its runbook's declaration (drillbook.scenarios)."""
+        from drillbook.scenarios import control_of
+
+        return control_of(self.runbook)
+
+    @property
+    def run_id(self) -> str:
+        """The short id that ends a bundle's name: enough to find it in the list of bundles."""
+        return self.name.rsplit("_", 1)[-1]
+
+    @property
     def verdict(self) -> str:
         if self.status == "unsealed":
             return "UNSEALED"
@@ -38,6 +50,8 @@ class BundleRow:
             return "never sealed: the run was killed before it could seal its evidence"
         if self.status == "no manifest":
             return "no manifest: not a bundle drillbook sealed"
+        if self.status == "damaged":
+            return "its manifest cannot be read"
         if self.summary is None:
             return f"sealed {self.status} without a summary"
         if self.status not in ("complete", "interrupted", "killed"):
@@ -48,19 +62,40 @@ class BundleRow:
         return "; ".join(failed)
 
 
+def _unsealed_row(folder: Path) -> BundleRow:
+    """A folder without a manifest: what its marker says (never its summary, which nothing attests)."""
+    marker = folder / UNSEALED
+    named: dict = {}
+    if marker.is_file():
+        try:
+            loaded = json.loads(marker.read_text() or "{}")
+            named = loaded if isinstance(loaded, dict) else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            named = {}
+    runbook = str(named.get("runbook") or (folder.name.split("_")[1] if folder.name.count("_") >= 2 else "?"))
+    status = "unsealed" if marker.is_file() else "no manifest"
+    return BundleRow(folder, runbook, str(named.get("target", "?")), status, str(named.get("started_at", "")), None,
+                     None)
+
+
 def read_row(folder: Path) -> BundleRow:
     manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
-        status = "unsealed" if (folder / UNSEALED).exists() else "no manifest"
-        return BundleRow(folder, folder.name.split("_")[1] if "_" in folder.name else "?", "?", status, "", None, None)
+    if not manifest_path.is_file():
+        return _unsealed_row(folder)
     data = manifest_path.read_bytes()
-    manifest = json.loads(data)
+    try:
+        manifest = json.loads(data)
+        if not isinstance(manifest, dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError):
+        return BundleRow(folder, "?", "?", "damaged", "", hashlib.sha256(data).hexdigest(), None)
     try:
         summary = RunSummary.read(folder / "summary.json")
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnicodeDecodeError):
         summary = None
-    return BundleRow(folder, manifest.get("runbook", "?"), manifest.get("target", "?"), manifest.get("status", "?"),
-                     manifest.get("finished_at", ""), hashlib.sha256(data).hexdigest(), summary)
+    return BundleRow(folder, str(manifest.get("runbook", "?")), str(manifest.get("target", "?")),
+                     str(manifest.get("status", "?")), str(manifest.get("finished_at", "")),
+                     hashlib.sha256(data).hexdigest(), summary)
 
 
 def list_bundles(results_dir: Path) -> list[BundleRow]:

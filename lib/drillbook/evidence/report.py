@@ -1,8 +1,14 @@
-"""The auditor's report: one self-contained HTML page over many bundles.
+"""The auditor's report: one self-contained HTML page over the bundles of a period.
 
-Per control (HA, tenant isolation, cold start, restore): the latest verdict, a trend chart, the
-key figures each with the bundle and manifest digest it comes from, and a resilience score whose
-definition is printed on the page. Bundles that fail verification are listed and never counted.
+Every bundle is counted. Each run is filed under the control its runbook declares
+(`drillbook.scenarios`, never a notebook cell that may not have run), whatever its verdict:
+FAIL, ERROR, ABORTED, INTERRUPTED, a killed or never-sealed run, and a bundle that fails
+verification all count as runs that did not pass. Per control: the latest verdict, the runs by
+verdict, trend charts with the SLO threshold and the failed runs, and the key figures, each
+naming the run it comes from; the digest of each bundle appears once, in the list of bundles.
+Bundles of runbooks that are not controls (sandbox smoke, on-call runbooks, game-day
+summaries) are listed, not scored. The period, the score's definition and how signatures were
+checked are printed on the page.
 """
 
 from __future__ import annotations
@@ -10,150 +16,232 @@ from __future__ import annotations
 import base64
 import io
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow, list_bundles
-from drillbook.evidence.verify import VerifyReport, verify_path
+from drillbook.evidence.verify import TRUSTED, UNSIGNED, VerifyReport, verify_path
 from drillbook.plots import pyplot
+from drillbook.scenarios import Figure, Scenario, controls
 
-
-@dataclass(frozen=True)
-class Figure:
-    metric: str
-    label: str
-    unit: str = ""
-
-
-@dataclass(frozen=True)
-class Control:
-    key: str
-    title: str
-    figures: tuple[Figure, ...]
-
-
-CONTROLS = (
-    Control("ha", "High availability: replica loss",
-            (Figure("recovery_time_s", "recovery time", "s"), Figure("lost_turns", "acknowledged turns lost"),
-             Figure("error_rate_fault", "error rate in the fault window"))),
-    Control("isolation", "Tenant isolation: noisy neighbour",
-            (Figure("victim_p95_ratio", "victim p95 ratio", "×"), Figure("victim_error_rate", "victim error rate"))),
-    Control("cold-start", "Scale from zero: cold start",
-            (Figure("cold_start_p95_s", "cold-start P95", "s"), Figure("cold_start_p50_s", "cold-start P50", "s"))),
-    Control("restore", "Disaster recovery: restore drill",
-            (Figure("rto_s", "RTO", "s"), Figure("rpo_turns", "RPO (acknowledged turns lost)"),
-             Figure("integrity", "restored sessions whose chain verifies"))),
-)
-
-SCORE_DEFINITION = ("Resilience score: for each control, the share of SLO checks that passed across all its "
-                    "verified bundles in the period; the score is the mean of those shares over the controls "
-                    "that have runs, times 100. Unverified bundles count for nothing.")
+SCORE_DEFINITION = ("Resilience score: for each control, the share of its runs in the period that passed; a run "
+                    "passes only when its verdict is PASS, it was sealed complete and its bundle verifies. FAIL, "
+                    "ERROR, ABORTED and INTERRUPTED runs, runs that were killed or never sealed, and bundles that fail "
+                    "verification count as runs that did not pass. The score is the mean of those shares over the "
+                    "controls that have runs in the period, times 100; a control without runs is shown as NO "
+                    "EVIDENCE and is not in the score.")
+GOOD, BAD, GREY = "#2e7d32", "#c62828", "#777777"
 
 
 @dataclass
 class FigureCell:
     label: str
     value: str
-    bundle: str
-    digest: str
+    run: BundleRow
+    verdict: str
 
 
 @dataclass
 class ControlSection:
-    control: Control
+    control: Scenario
     runs: list[BundleRow] = field(default_factory=list)
+    passed: int = 0
     latest: BundleRow | None = None
     figures: list[FigureCell] = field(default_factory=list)
-    chart: str | None = None
-    check_share: float | None = None
+    charts: list[tuple[str, str]] = field(default_factory=list)  # (figure label, base64 PNG)
+    by_verdict: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def share(self) -> float | None:
+        return self.passed / len(self.runs) if self.runs else None
+
+
+@dataclass(frozen=True)
+class Period:
+    """The bundles a report covers: finished (or, unsealed, started) in [since, until]."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def holds(self, row: BundleRow) -> bool:
+        moment = moment_of(row)
+        if moment is None:  # a folder that says nothing of its time is never left out
+            return True
+        return (self.since is None or moment >= self.since) and (self.until is None or moment <= self.until)
+
+    def describe(self, rows: list[BundleRow]) -> str:
+        moments = [m for m in (moment_of(r) for r in rows) if m is not None]
+        first = self.since or (min(moments) if moments else None)
+        last = self.until or (max(moments) if moments else None)
+        if first is None or last is None:
+            return "no bundles"
+        chosen = "as chosen (--since/--until)" if self.since or self.until else \
+            "from the first to the last bundle in the results folder"
+        return f"{_stamp(first)} to {_stamp(last)}, {chosen}"
+
+
+def moment_of(row: BundleRow) -> datetime | None:
+    try:
+        return datetime.fromisoformat(row.finished_at.replace("Z", "+00:00")) if row.finished_at else None
+    except ValueError:
+        return None
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_passed(row: BundleRow, failed: set[str]) -> bool:
+    """Whether a run counts as passed: PASS, sealed complete, and its bundle verifies."""
+    return row.verdict == "PASS" and row.status == "complete" and row.name not in failed
+
+
+def shown_verdict(row: BundleRow, failed: set[str]) -> str:
+    if row.name in failed:
+        return "UNVERIFIED"
+    return row.verdict
 
 
 def _format(value: object, unit: str) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}{unit}"
+    from drillbook.evidence.summary import figure
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return figure(float(value), unit)
     return f"{value}{unit}"
 
 
-def trend_chart(control: Control, runs: list[BundleRow]) -> str | None:
-    """A small PNG (base64) of the control's first figure over time, each point coloured by verdict."""
+def _threshold(spec: Figure, runs: list[BundleRow]) -> tuple[str, float] | None:
+    """The SLO threshold of a figure's check, from the newest run that judged it."""
+    for row in sorted(runs, key=lambda r: r.finished_at, reverse=True):
+        for check in (row.summary.checks if row.summary else []):
+            if spec.check and check.name == spec.check:
+                return check.comparison, check.threshold
+    return None
+
+
+def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: tuple[datetime, datetime]) -> str:
+    """A PNG (base64) of one figure over the period: each run a dot (green passed, red did not),
+    runs that did not measure it as red crosses on the axis, the SLO threshold as a dashed line."""
     plt = pyplot()
-
-    figure_spec = control.figures[0]
-    points = []
+    figure, axis = plt.subplots(figsize=(6.4, 2.8), dpi=110)
+    measured, missing = [], []
     for row in sorted(runs, key=lambda r: r.finished_at):
-        value = row.summary.metrics.get(figure_spec.metric) if row.summary else None
-        moment = datetime.fromisoformat(row.finished_at.replace("Z", "+00:00"))
-        points.append((moment, value if isinstance(value, (int, float)) else None, row.verdict))
-    if not points:
-        return None
-    fig, ax = plt.subplots(figsize=(4.8, 1.8), dpi=100)
-    numeric = [(t, v) for t, v, _ in points if v is not None]
-    if numeric:
-        ax.plot([t for t, _ in numeric], [v for _, v in numeric], color="#999999", linewidth=1)
-        ax.set_ylabel(f"{figure_spec.label} ({figure_spec.unit})" if figure_spec.unit else figure_spec.label,
-                      fontsize=7)
-    for moment, value, verdict in points:
-        ax.scatter([moment], [value if value is not None else 0], color="#2e7d32" if verdict == "PASS" else "#c62828",
-                   s=18, zorder=3)
-    if len(points) == 1:  # one run: a day either side, not matplotlib's default of years
-        from datetime import timedelta
-
-        ax.set_xlim(points[0][0] - timedelta(days=1), points[0][0] + timedelta(days=1))
-    ax.tick_params(labelsize=6)
-    fig.autofmt_xdate()
-    fig.tight_layout()
+        moment = moment_of(row)
+        if moment is None:
+            continue
+        value = row.summary.metrics.get(spec.metric) if row.summary else None
+        good = run_passed(row, failed)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            measured.append((moment, float(value), good))
+        else:
+            missing.append(moment)
+    if measured:
+        axis.plot([t for t, _, _ in measured], [v for _, v, _ in measured], color=GREY, linewidth=1, zorder=1)
+        axis.scatter([t for t, _, _ in measured], [v for _, v, _ in measured],
+                     c=[GOOD if good else BAD for _, _, good in measured], s=36, zorder=3)
+    if missing:
+        axis.scatter(missing, [0.0] * len(missing), marker="x", color=BAD, s=48, zorder=3,
+                     label="did not measure it")
+    threshold = _threshold(spec, runs)
+    if threshold is not None:
+        comparison, value = threshold
+        axis.axhline(value, color=BAD, linestyle="--", linewidth=1.2, label=f"SLO {comparison} {_format(value, spec.unit)}")
+    if threshold is not None or missing:
+        axis.legend(fontsize=9, loc="best")
+    first, last = period
+    pad = max(timedelta(minutes=5), (last - first) * 0.05)
+    axis.set_xlim(first - pad, last + pad)
+    axis.set_title(f"{spec.label}: {len(measured)} runs measured, {len(missing)} did not", fontsize=11)
+    axis.set_ylabel(f"{spec.label} ({spec.unit})" if spec.unit else spec.label, fontsize=9)
+    axis.tick_params(labelsize=9)
+    axis.set_ylim(bottom=min(0.0, axis.get_ylim()[0]))
+    figure.autofmt_xdate()
+    figure.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode()
 
 
 def build_sections(rows: list[BundleRow], failed: set[str]) -> list[ControlSection]:
+    moments = [m for m in (moment_of(r) for r in rows) if m is not None]
+    span = (min(moments), max(moments)) if moments else None
     sections = []
-    for control in CONTROLS:
-        runs = [r for r in rows if r.summary and r.summary.control == control.key and r.name not in failed]
+    for control in controls():
+        runs = [r for r in rows if r.control == control.control]
         section = ControlSection(control, runs)
         if runs:
-            latest = max(runs, key=lambda r: r.finished_at)
-            section.latest = latest
+            section.passed = sum(run_passed(r, failed) for r in runs)
+            for row in runs:
+                verdict = shown_verdict(row, failed)
+                section.by_verdict[verdict] = section.by_verdict.get(verdict, 0) + 1
+            newest_first = sorted(runs, key=lambda r: r.finished_at, reverse=True)
+            section.latest = newest_first[0]
             for spec in control.figures:
-                source = next((r for r in sorted(runs, key=lambda r: r.finished_at, reverse=True)
-                               if r.summary and r.summary.metrics.get(spec.metric) is not None), None)
+                source = next((r for r in newest_first if r.name not in failed and r.summary
+                               and r.summary.metrics.get(spec.metric) is not None), None)
                 if source is not None and source.summary is not None:
-                    section.figures.append(FigureCell(spec.label, _format(source.summary.metrics[spec.metric], spec.unit),
-                                                      source.name, source.manifest_sha256 or ""))
-            checks = [c for r in runs if r.summary for c in r.summary.checks]
-            section.check_share = sum(c.passed for c in checks) / len(checks) if checks else None
-            section.chart = trend_chart(control, runs)
+                    section.figures.append(FigureCell(spec.label, _format(source.summary.metrics[spec.metric],
+                                                                          spec.unit), source,
+                                                      shown_verdict(source, failed)))
+            if span is not None:
+                section.charts = [(spec.label, trend_chart(spec, runs, failed, span))
+                                  for spec in control.figures if spec.check]
         sections.append(section)
     return sections
 
 
 def resilience_score(sections: list[ControlSection]) -> float | None:
-    shares = [s.check_share for s in sections if s.check_share is not None]
+    shares = [s.share for s in sections if s.share is not None]
     return 100 * sum(shares) / len(shares) if shares else None
 
 
-def render_report(results_dir: Path, trusted: set[str] | None = None) -> str:
-    rows = [r for r in list_bundles(results_dir) if r.status != "unsealed"]
+def signatures_line(verification: VerifyReport, trusted: set[str] | None) -> str:
+    """How signatures were checked, as counted: never "where present" when none are."""
+    counts = verification.signature_counts()
+    total = sum(counts.values())
+    signed = total - counts.get(UNSIGNED, 0)
+    if total == 0:
+        return "No sealed bundle in the results folder, so no signature to check."
+    if trusted is None:
+        return (f"Signatures were not checked against a trusted key (none was given): {signed} of {total} sealed "
+                f"bundles in the results folder carry a signature, {counts.get(UNSIGNED, 0)} are unsigned.")
+    others = {state: n for state, n in counts.items() if state not in (TRUSTED, UNSIGNED)}
+    line = (f"{counts.get(TRUSTED, 0)} of {total} sealed bundles in the results folder are signed by one of the {len(trusted)} trusted "
+            f"key(s); {counts.get(UNSIGNED, 0)} are unsigned")
+    if others:
+        line += "; " + ", ".join(f"{n} {state}" for state, n in sorted(others.items()))
+    return line + "."
+
+
+def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
+                  until: datetime | None = None) -> str:
+    period = Period(since, until)
+    rows = [r for r in list_bundles(results_dir) if period.holds(r)]
     verification: VerifyReport = verify_path(results_dir, trusted)
     failed = verification.failed_bundles()
     sections = build_sections(rows, failed)
+    scored = {s.control.control for s in sections}
+    gamedays = [r for r in rows if r.runbook.startswith("gameday-")]
+    others = [r for r in rows if r.control not in scored and r not in gamedays]
     environment = Environment(loader=PackageLoader("drillbook.evidence", "templates"),
                               autoescape=select_autoescape(["html", "j2"]))
     template = environment.get_template("report.html.j2")
     return template.render(
-        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        version=__version__, results_dir=str(results_dir), sections=sections, rows=rows,
+        generated_at=_stamp(datetime.now(timezone.utc)), version=__version__, results_dir=str(results_dir),
+        period=period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
         score=resilience_score(sections), score_definition=SCORE_DEFINITION,
         findings=verification.findings, failed=failed, checked=len(verification.checked),
+        signatures=signatures_line(verification, trusted), shown_verdict=shown_verdict,
+        history=verification.entries,
     )
 
 
-def write_report(results_dir: Path, output: Path, trusted: set[str] | None = None) -> Path:
+def write_report(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
+                 until: datetime | None = None) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_report(results_dir, trusted), encoding="utf-8")
+    output.write_text(render_report(results_dir, trusted, since, until), encoding="utf-8")
     return output

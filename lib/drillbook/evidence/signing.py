@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -59,17 +60,36 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
-def load_public_key(path: Path) -> Ed25519PublicKey:
-    data = path.read_bytes()
+def load_public_keys(path: Path) -> list[Ed25519PublicKey]:
+    """The Ed25519 public keys in a file: one `.pub` from `drillbook keys new`, or a trusted-keys
+    file of several PEM blocks (the keys a team signed with, rotated ones included). A private key
+    is refused: trust is given to public halves only."""
     try:
-        if b"PRIVATE KEY" in data:
-            return load_private_key(path).public_key()
-        key = serialization.load_pem_public_key(data)
-    except (OSError, ValueError, TypeError) as error:
-        raise ConfigError(f"cannot read public key {path}: {error}") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"public key {path} is not an Ed25519 key")
-    return key
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read public key file {path}: {error.strerror or error}") from None
+    if b"PRIVATE KEY" in data:
+        raise ConfigError(f"{path} holds a private key; trust its public half ({path.name}.pub) instead")
+    blocks = re.findall(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", data, flags=re.S)
+    if not blocks:
+        raise ConfigError(f"{path} holds no PEM public key")
+    keys = []
+    for block in blocks:
+        try:
+            key = serialization.load_pem_public_key(block)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"cannot read a public key in {path}: {error}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ConfigError(f"a public key in {path} is not an Ed25519 key")
+        keys.append(key)
+    return keys
+
+
+def trusted_fingerprints(paths: list[Path]) -> set[str] | None:
+    """Fingerprints of every public key in these files; None when no file is named (nothing is trusted)."""
+    if not paths:
+        return None
+    return {fingerprint(key) for path in paths for key in load_public_keys(path)}
 
 
 def sign(key: Ed25519PrivateKey, digest_hex: str) -> str:

@@ -38,6 +38,7 @@ class SloCheck(BaseModel):
     threshold: float
     value: float | None
     unit: str = ""
+    note: str = ""  # why the value is missing (every None carries its reason), or what the reader must know
 
     @property
     def passed(self) -> bool:
@@ -47,8 +48,17 @@ class SloCheck(BaseModel):
                 ">=": self.value >= self.threshold, ">": self.value > self.threshold,
                 "==": self.value == self.threshold}[self.comparison]
 
+    def shown_value(self) -> str:
+        """The value as people read it; a missing one with its reason."""
+        if self.value is None:
+            return f"not measured ({self.note})" if self.note else "not measured"
+        return figure(self.value, self.unit)
+
+    def shown_threshold(self) -> str:
+        return figure(self.threshold, self.unit)
+
     def describe(self) -> str:
-        return (f"{self.name} {figure(self.value, self.unit)} {self.comparison} {figure(self.threshold, self.unit)}: "
+        return (f"{self.name} {self.shown_value()} {self.comparison} {self.shown_threshold()}: "
                 f"{'pass' if self.passed else 'FAIL'}")
 
 

@@ -1,8 +1,13 @@
-"""Check a results folder (or one bundle): file digests, manifest digests, the chain, signatures.
+"""Check a results folder (or one bundle): file digests, manifest digests, the chain, signatures,
+and the ledger head kept outside.
 
 Each problem is a Finding that names the bundle and, where it can, the file; ``ok`` holds only
-when there is no error-level finding. An unsealed bundle (its run was killed before sealing) is
-a warning: it is reported, it cannot be trusted, and it does not break the chain.
+when there is no error-level finding. Trust is explicit: signatures are checked against the
+public keys the auditor names, never a private key that happens to be on the machine; without
+one, signatures are "not checked" (a warning, an error with ``require_signed``). An unsealed
+bundle (its run was killed before sealing) is a warning: it is reported, it cannot be trusted,
+and it does not break the chain. A damaged ledger, a ledger line that names a path outside the
+results folder, a hidden folder or a symlink are findings, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.evidence import signing
-from drillbook.evidence.bundle import (LEDGER, MANIFEST, RESERVED, SIGNATURE, UNSEALED, LedgerEntry, bundle_folders,
-                                       read_ledger, sha256_file)
+from drillbook.evidence.bundle import (BUNDLE_NAME, LEDGER, MANIFEST, RESERVED, SIGNATURE, UNSEALED, LedgerEntry,
+                                       parse_ledger, sha256_file)
+
+COMPLETE = "complete"
+LEDGER_FINDING = "ledger"  # the bundle name of findings about the ledger itself
+TRUSTED, UNCHECKED, UNSIGNED = "signed by a trusted key", "signed, not checked", "unsigned"
 
 
 @dataclass(frozen=True)
@@ -26,21 +35,22 @@ class Finding:
     severity: str = "error"
 
 
-COMPLETE = "complete"
-
-
 @dataclass
 class VerifyReport:
     checked: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)  # bundle -> complete, interrupted, killed, incomplete, unsealed
+    signatures: dict[str, str] = field(default_factory=dict)  # bundle -> TRUSTED, UNCHECKED, UNSIGNED or a problem
+    entries: int = 0
+    head: str | None = None  # what the kept ledger head showed; None: no head was given
+    keys_trusted: int = 0
 
     def counts(self) -> dict[str, int]:
         """How many bundles are in each state."""
-        counted: dict[str, int] = {}
-        for state in self.states.values():
-            counted[state] = counted.get(state, 0) + 1
-        return counted
+        return _tally(self.states.values())
+
+    def signature_counts(self) -> dict[str, int]:
+        return _tally(self.signatures.values())
 
     @property
     def not_complete(self) -> list[str]:
@@ -62,40 +72,64 @@ class VerifyReport:
         self.findings.append(Finding(bundle, kind, detail, severity))
 
 
+def _tally(values: Any) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for value in values:
+        counted[value] = counted.get(value, 0) + 1
+    return counted
+
+
 def _load_manifest(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     path = folder / MANIFEST
-    if not path.exists():
+    if not path.is_file():
         return None, None
     data = path.read_bytes()
     try:
-        return json.loads(data), hashlib.sha256(data).hexdigest()
-    except json.JSONDecodeError:
-        return {}, hashlib.sha256(data).hexdigest()
+        manifest = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        manifest = {}
+    return manifest if isinstance(manifest, dict) else {}, hashlib.sha256(data).hexdigest()
 
 
 def check_files(folder: Path, manifest: dict[str, Any], report: VerifyReport) -> None:
-    listed: dict[str, dict[str, Any]] = manifest.get("files", {})
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        report.add(folder.name, "manifest-invalid", f"{MANIFEST} lists no files")
+        listed = {}
     for relative, expected in sorted(listed.items()):
         path = folder / relative
-        if not path.is_file():
+        if ".." in Path(relative).parts or Path(relative).is_absolute():
+            report.add(folder.name, "manifest-invalid", f"{relative} is a path outside the bundle")
+        elif path.is_symlink():
+            report.add(folder.name, "file-symlink", f"{relative} is a symlink, not a file the bundle holds")
+        elif not path.is_file():
             report.add(folder.name, "file-missing", f"{relative} is listed in the manifest but missing")
-        elif sha256_file(path) != expected["sha256"]:
+        elif not isinstance(expected, dict) or sha256_file(path) != expected.get("sha256"):
             report.add(folder.name, "file-changed", f"{relative} differs from its recorded sha256")
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder).as_posix()
-        if path.is_file() and relative not in RESERVED and relative not in listed:
+        if path.is_symlink() and relative not in listed:
+            report.add(folder.name, "file-symlink", f"{relative} is a symlink that is not part of the bundle")
+        elif path.is_file() and relative not in RESERVED and relative not in listed:
             report.add(folder.name, "file-unexpected", f"{relative} is not listed in the manifest")
 
 
 def check_signature(folder: Path, manifest: dict[str, Any], digest: str, trusted: set[str] | None,
-                    report: VerifyReport) -> None:
+                    require_signed: bool, report: VerifyReport) -> None:
+    """A signature must verify against the key it names; that key must be trusted when the auditor
+    named keys. Unsigned bundles are a warning, or an error when signatures are required."""
     info = manifest.get("signing")
     if not info:
-        if trusted:
-            report.add(folder.name, "signature-missing", "bundle is not signed but signing is expected")
+        report.signatures[folder.name] = UNSIGNED
+        if require_signed:
+            report.add(folder.name, "signature-missing", "bundle is not signed and signatures are required")
+        elif trusted is not None:
+            report.add(folder.name, "unsigned", "bundle is not signed: only the chain vouches for it",
+                       severity="warning")
         return
     path = folder / SIGNATURE
-    if not path.exists():
+    if not path.is_file():
+        report.signatures[folder.name] = "signature missing"
         report.add(folder.name, "signature-missing", f"{SIGNATURE} is missing")
         return
     try:
@@ -103,66 +137,142 @@ def check_signature(folder: Path, manifest: dict[str, Any], digest: str, trusted
         public_key = signing.public_key_from_b64(info["public_key"])
         valid = signing.verify(public_key, digest, signature["signature"])
         consistent = signing.fingerprint(public_key) == info["fingerprint"] == signature.get("fingerprint")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         valid, consistent = False, False
     if not (valid and consistent):
+        report.signatures[folder.name] = "signature invalid"
         report.add(folder.name, "signature-invalid", f"{SIGNATURE} does not verify against the manifest digest")
-    elif trusted is not None and info["fingerprint"] not in trusted:
+    elif trusted is None:
+        report.signatures[folder.name] = UNCHECKED
+    elif info["fingerprint"] not in trusted:
+        report.signatures[folder.name] = "untrusted key"
         report.add(folder.name, "signature-untrusted", f"signed by key {info['fingerprint'][:16]}…, which is not trusted")
+    else:
+        report.signatures[folder.name] = TRUSTED
 
 
-def check_chain(results_dir: Path, entries: list[LedgerEntry], report: VerifyReport,
-                trusted: set[str] | None, only: set[str] | None = None) -> set[str]:
+def check_bundle(folder: Path, entry: LedgerEntry, trusted: set[str] | None, require_signed: bool,
+                 report: VerifyReport) -> None:
+    if folder.is_symlink():
+        report.add(entry.bundle, "bundle-symlink", "bundle folder is a symlink, not the sealed folder")
+        return
+    if not folder.is_dir():
+        report.add(entry.bundle, "bundle-missing", "bundle is in the ledger but its folder is missing")
+        return
+    manifest, digest = _load_manifest(folder)
+    if manifest is None or digest is None:
+        report.add(entry.bundle, "manifest-missing", f"{MANIFEST} is missing")
+        return
+    report.states[entry.bundle] = str(manifest.get("status", "unknown"))
+    if digest != entry.manifest_sha256:
+        report.add(entry.bundle, "manifest-changed", f"{MANIFEST} differs from the digest in the ledger")
+    linked = (manifest.get("previous") or {}).get("manifest_sha256") if isinstance(manifest.get("previous"), dict) \
+        else None
+    if linked != entry.previous_manifest_sha256:
+        report.add(entry.bundle, "chain-broken", "the manifest's previous-bundle digest disagrees with the ledger")
+    check_files(folder, manifest, report)
+    check_signature(folder, manifest, digest, trusted, require_signed, report)
+
+
+def check_chain(results_dir: Path, entries: list[LedgerEntry], report: VerifyReport, trusted: set[str] | None,
+                require_signed: bool = False, only: set[str] | None = None) -> set[str]:
     seen: set[str] = set()
     previous_digest: str | None = None
-    for entry in entries:
+    for number, entry in enumerate(entries, 1):
+        if entry.bundle in seen:
+            report.add(entry.bundle, "ledger-duplicate", f"ledger entry {number} names {entry.bundle} a second time")
+            continue
         seen.add(entry.bundle)
-        if entry.previous_manifest_sha256 != previous_digest:
+        if entry.previous_manifest_sha256 != previous_digest or entry.seq != number:
             report.add(entry.bundle, "chain-broken",
                        f"ledger line {entry.seq} does not follow the line before it: a bundle or ledger line "
                        f"before {entry.bundle} was removed")
         previous_digest = entry.manifest_sha256
         if only is not None and entry.bundle not in only:
             continue
-        folder = results_dir / entry.bundle
         report.checked.append(entry.bundle)
-        if not folder.is_dir():
-            report.add(entry.bundle, "bundle-missing", "bundle is in the ledger but its folder is missing")
-            continue
-        manifest, digest = _load_manifest(folder)
-        if manifest is None or digest is None:
-            report.add(entry.bundle, "manifest-missing", f"{MANIFEST} is missing")
-            continue
-        report.states[entry.bundle] = str(manifest.get("status", "unknown"))
-        if digest != entry.manifest_sha256:
-            report.add(entry.bundle, "manifest-changed", f"{MANIFEST} differs from the digest in the ledger")
-        linked = (manifest.get("previous") or {}).get("manifest_sha256")
-        if linked != entry.previous_manifest_sha256:
-            report.add(entry.bundle, "chain-broken", "the manifest's previous-bundle digest disagrees with the ledger")
-        check_files(folder, manifest, report)
-        check_signature(folder, manifest, digest, trusted, report)
+        check_bundle(results_dir / entry.bundle, entry, trusted, require_signed, report)
     return seen
 
 
-def verify_path(path: Path, trusted: set[str] | None = None) -> VerifyReport:
-    """Verify a results folder (with ledger.jsonl), or a single bundle inside one."""
-    path = Path(path)
-    report = VerifyReport()
-    if (path / LEDGER).exists() or not (path / MANIFEST).exists() and not (path / UNSEALED).exists():
-        results_dir, only = path, None
-    else:
-        results_dir, only = path.parent, {path.name}
-    entries = read_ledger(results_dir)
-    seen = check_chain(results_dir, entries, report, trusted, only)
-    folders = [results_dir / name for name in only] if only else list(bundle_folders(results_dir))
-    for folder in folders:
-        if folder.name in seen:
+def _read_entries(results_dir: Path, report: VerifyReport) -> list[LedgerEntry]:
+    path = results_dir / LEDGER
+    if path.is_symlink() or path.exists() and not path.is_file():
+        report.add(LEDGER_FINDING, "ledger-damaged", f"{LEDGER} is not a plain file")
+        return []
+    if not path.exists():
+        return []
+    entries, problems = parse_ledger(path.read_text(encoding="utf-8", errors="replace"))
+    for problem in problems:
+        report.add(LEDGER_FINDING, "ledger-damaged", f"{LEDGER} {problem}")
+    return entries
+
+
+def _unledgered(results_dir: Path, seen: set[str], report: VerifyReport) -> None:
+    """Everything in the results folder that the ledger does not account for."""
+    for path in sorted(results_dir.iterdir()):
+        if path.name in seen or path.name == LEDGER:
             continue
-        report.checked.append(folder.name)
-        if (folder / UNSEALED).exists():
-            report.states[folder.name] = "unsealed"
-            report.add(folder.name, "unsealed", "run ended before sealing (no manifest); contents not attested",
-                       severity="warning")
+        if path.is_symlink():
+            report.add(path.name, "symlink", "a symlink in the results folder is not evidence drillbook sealed")
+        elif not path.is_dir():
+            if not path.name.startswith("."):
+                report.add(path.name, "stray-file", "a file in the results folder that is not a bundle",
+                           severity="warning")
+        elif path.name.startswith(".") or not BUNDLE_NAME.match(path.name):
+            report.checked.append(path.name)
+            report.add(path.name, "not-in-ledger", "a hidden or oddly named folder in the results folder, not "
+                                                   "a bundle of the ledger")
         else:
-            report.add(folder.name, "not-in-ledger", "bundle folder is not in the ledger")
+            report.checked.append(path.name)
+            _check_unsealed(path, report)
+
+
+def _check_unsealed(folder: Path, report: VerifyReport) -> None:
+    marker = folder / UNSEALED
+    if not marker.is_file() or (folder / MANIFEST).exists():
+        report.add(folder.name, "not-in-ledger", "bundle folder is not in the ledger")
+        return
+    try:
+        named = json.loads(marker.read_text())
+        runs = isinstance(named, dict) and bool(named.get("run_id")) and bool(named.get("runbook"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        runs = False
+    if not runs:
+        report.add(folder.name, "not-in-ledger", f"its {UNSEALED} marker names no run: not a bundle drillbook began")
+        return
+    report.states[folder.name] = "unsealed"
+    report.add(folder.name, "unsealed", "run ended before sealing (no manifest); contents not attested",
+               severity="warning")
+
+
+def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: bool = False,
+                expected_head: dict[str, Any] | None = None, head_source: str = "") -> VerifyReport:
+    """Verify a results folder (with ledger.jsonl), or a single bundle inside one.
+
+    trusted: fingerprints of the public keys the auditor trusts (None: signatures are checked
+    only against the key each bundle carries, which says nothing about who signed it).
+    expected_head: a ledger head kept outside the results folder (`drillbook.evidence.anchor`)."""
+    from drillbook.evidence.anchor import check_head
+
+    path = Path(path)
+    report = VerifyReport(keys_trusted=len(trusted or ()))
+    whole = (path / LEDGER).exists() or not (path / MANIFEST).exists() and not (path / UNSEALED).exists()
+    results_dir, only = (path, None) if whole else (path.parent, {path.name})
+    entries = _read_entries(results_dir, report)
+    report.entries = len(entries)
+    seen = check_chain(results_dir, entries, report, trusted, require_signed, only)
+    if only is None and results_dir.is_dir():
+        _unledgered(results_dir, seen, report)
+    elif path.name not in seen:
+        report.checked.append(path.name)
+        _check_unsealed(path, report)
+    if trusted is None and report.signatures:
+        signed = sum(1 for state in report.signatures.values() if state != UNSIGNED)
+        report.add(LEDGER_FINDING, "signatures-unchecked",
+                   f"signatures not checked: no trusted public key was given (--public-key or "
+                   f"$DRILLBOOK_TRUSTED_KEYS); {signed} signed bundle(s) were checked only against the key each "
+                   "carries, which anyone can replace", severity="error" if require_signed else "warning")
+    if expected_head is not None:
+        check_head(entries, expected_head, head_source or "the kept head", trusted, require_signed, report)
     return report

@@ -25,8 +25,20 @@ UNKNOWN_CONTROL = "unknown"
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A figure the report shows for a control: the summary metric, how it reads, and the SLO
+    check (by name) whose threshold is drawn with it."""
+
+    metric: str
+    label: str
+    unit: str = ""
+    check: str | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
-    """What one runbook is: its name, its control, its parameters, its experiment."""
+    """What one runbook is: its name, its control (with the report's title and figures for it),
+    its parameters, its experiment."""
 
     name: str
     control: str
@@ -35,6 +47,8 @@ class Scenario:
     experiment: str | None = None
     oncall: bool = False
     target_check: Callable[[BaseModel, "Target"], str | None] | None = None
+    title: str = ""
+    figures: tuple[Figure, ...] = ()
 
     def validate(self, values: dict[str, Any]) -> BaseModel:
         """values (already of the right types) against the declared limits; one ConfigError line."""
@@ -65,6 +79,15 @@ def register(scenario: Scenario) -> Scenario:
 def scenario(name: str) -> Scenario | None:
     """The declaration of a runbook, or None for a runbook of the user's own that declares none."""
     return REGISTRY.get(name)
+
+
+def controls() -> list[Scenario]:
+    """The scenarios a report scores, one per control (on-call runbooks are not controls)."""
+    seen: dict[str, Scenario] = {}
+    for declared in REGISTRY.values():
+        if not declared.oncall and declared.control not in seen:
+            seen[declared.control] = declared
+    return list(seen.values())
 
 
 def control_of(runbook: str) -> str:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from drillbook.scenarios import Scenario, register
+from drillbook.scenarios import Figure, Scenario, register
 from drillbook.scenarios.limits import Parameters, Seconds, Wait
 
 
@@ -18,4 +18,7 @@ class ColdStartParameters(Parameters):
 
 SCENARIO = register(Scenario(
     name="cold-start", control="cold-start", parameters=ColdStartParameters, experiment="cold-start",
-    summary="scale-from-zero, N trials: P95 time to first token within SLO, every first turn stored"))
+    summary="scale-from-zero, N trials: P95 time to first token within SLO, every first turn stored",
+    title="Scale from zero: cold start",
+    figures=(Figure("cold_start_p95_s", "cold-start P95", "s", "cold-start P95 time to first token"),
+             Figure("cold_start_p50_s", "cold-start P50", "s"))))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import model_validator
 
-from drillbook.scenarios import Scenario, register
+from drillbook.scenarios import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Seconds, Wait
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 class HaReplicaLossParameters(Parameters):
     users: Count = 8
-    duration_s: Seconds = 12.0
+    duration_s: Seconds = 16.0  # leaves max_recovery_s + hold (2s) after the kill at 4s
     kill_count: Count = 1
     kill_after_s: Wait = 4.0
     think_time_s: Wait = 0.2
@@ -44,4 +44,8 @@ def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> s
 SCENARIO = register(Scenario(
     name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
-    target_check=_enough_replicas))
+    target_check=_enough_replicas,
+    title="High availability: replica loss",
+    figures=(Figure("recovery_time_s", "service recovery time", "s", "service recovery time"),
+             Figure("lost_turns", "acknowledged turns lost", "", "acknowledged turns lost"),
+             Figure("error_rate_fault", "error rate in the fault window", "", "error rate in the fault window"))))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from drillbook.scenarios import Scenario, register
+from drillbook.scenarios import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Ratio, Seconds
 
 if TYPE_CHECKING:
@@ -32,4 +32,7 @@ def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") 
 SCENARIO = register(Scenario(
     name="noisy-neighbour", control="isolation", parameters=NoisyNeighbourParameters, experiment="noisy-neighbour",
     summary="an aggressor floods shared inference; the victim's p95 stays within its budget of its own baseline",
-    target_check=_victim_is_a_tenant))
+    target_check=_victim_is_a_tenant,
+    title="Tenant isolation: noisy neighbour",
+    figures=(Figure("victim_p95_ratio", "victim p95 ratio", "×", "victim p95 ratio (burst over own baseline)"),
+             Figure("victim_error_rate", "victim error rate", "", "victim error rate"))))
