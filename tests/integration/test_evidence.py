@@ -19,11 +19,12 @@ SECRET = "s3cret-Tok3n-value-42"
 
 
 def write_bundle(results: Path, runbook: str = "ha-replica-loss", verdict_value: float = 1.5,
-                 signing_key: Path | None = None, **parameters) -> Path:
+                 signing_key: Path | None = None, witness: Path | None = None, **parameters) -> Path:
     summary = RunSummary.judge(runbook, "ha", {"recovery_time_s": verdict_value, "lost_turns": 0},
                                [SloCheck(name="recovery time", comparison="<=", threshold=5, value=verdict_value,
                                          unit="s")])
-    with BundleWriter(results, runbook, "sandbox", {"users": 4, **parameters}, signing_key=signing_key) as bundle:
+    with BundleWriter(results, runbook, "sandbox", {"users": 4, **parameters}, signing_key=signing_key,
+                      witness=witness) as bundle:
         bundle.write_json("summary.json", summary.to_json())
         bundle.write_text("load/locust.log", "all good\n")
         bundle.write_bytes("plots/latency.png", b"\x89PNG\r\n\x1a\n" + os.urandom(64))
@@ -201,7 +202,7 @@ def test_report_lists_sandbox_smoke_bundles_as_evidence_that_is_no_control(tmp_p
     for entry in read_ledger(results):  # each digest once, in the list of bundles
         assert html.count(entry.manifest_sha256) == 1
     assert latest.name in html
-    controls, rest = html.split("<h2>Other evidence (not a control, not scored)</h2>")
+    controls, rest = html.split('<h2 id="other">Other evidence (not a control, not scored)</h2>')
     others = rest.split("<h2>Verification</h2>")[0]
     assert "sandbox-smoke" not in controls and others.count("<td>sandbox-smoke</td>") == 2
     assert html.count("none\">NO EVIDENCE") == 4 * 2 and '<p class="score">no runs</p>' in html  # summary table + sections

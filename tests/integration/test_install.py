@@ -126,8 +126,9 @@ def test_a_project_folder_takes_precedence_in_the_cli_and_in_the_kernel(site, sa
     bundles = [p for p in (project / "results").iterdir() if p.is_dir()]
     assert len(bundles) == 1 and not (elsewhere / "results").exists()
     summary = json.loads((bundles[0] / "summary.json").read_text())
-    trials = next(c for c in summary["checks"] if c["name"] == "trials completed")
-    assert trials["threshold"] == 1  # the project's profile, not the shipped one (3)
+    manifest = json.loads((bundles[0] / "manifest.json").read_text())
+    assert manifest["parameters"]["trials"] == 1  # the project's profile, not the shipped one (3)
+    assert summary["metrics"]["trials_completed"] == 1
     journals = [json.loads(p.read_text()) for p in (bundles[0] / "chaos").rglob("journal.json")]
     assert journals and {j["experiment"]["title"] for j in journals} == {"the project's own cold start"}
     # the current folder is the project folder when $DRILLBOOK_HOME is not set

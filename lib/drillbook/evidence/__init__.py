@@ -1,7 +1,8 @@
 """Evidence that an auditor can trust: write-once bundles, a hash chain, signatures, verify, report.
 
 - `bundle`: BundleWriter (atomic, write-once files; manifest; ledger chain; signing)
-- `verify`: verify_path — digests, chain, signatures, each problem named
+- `verify`: verify_path — digests, chain, signatures against trusted keys, each problem named
+- `anchor`: the signed ledger head kept outside the results folder (witness file, `drillbook head`)
 - `report`: the self-contained HTML report; `catalog`: bundles as rows for `drillbook list`
 - `redact`: secrets kept out by name and by value; `signing`: Ed25519 keys
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -94,6 +95,13 @@ def _stamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def number(value: object) -> float | None:
+    """A metric as a plottable number; None for what is not one (None, NaN, text, a flag)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return float(value)
+
+
 def run_passed(row: BundleRow, failed: set[str]) -> bool:
     """Whether a run counts as passed: PASS, sealed complete, and its bundle verifies."""
     return row.verdict == "PASS" and row.status == "complete" and row.name not in failed
@@ -113,18 +121,24 @@ def _format(value: object, unit: str) -> str:
     return f"{value}{unit}"
 
 
-def _threshold(spec: Figure, runs: list[BundleRow]) -> tuple[str, float] | None:
-    """The SLO threshold of a figure's check, from the newest run that judged it."""
-    for row in sorted(runs, key=lambda r: r.finished_at, reverse=True):
-        for check in (row.summary.checks if row.summary else []):
-            if spec.check and check.name == spec.check:
-                return check.comparison, check.threshold
-    return None
+def _thresholds(spec: Figure, runs: list[BundleRow]) -> list[tuple[datetime, str, float]]:
+    """Each run's own SLO threshold for a figure (a run may have been given another one)."""
+    found = []
+    for row in runs:
+        moment = moment_of(row)
+        check = next((c for c in (row.summary.checks if row.summary else []) if spec.check and c.name == spec.check),
+                     None)
+        if moment is not None and check is not None:
+            found.append((moment, check.comparison, check.threshold))
+    return sorted(found)
 
 
 def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: tuple[datetime, datetime]) -> str:
-    """A PNG (base64) of one figure over the period: each run a dot (green passed, red did not),
-    runs that did not measure it as red crosses on the axis, the SLO threshold as a dashed line."""
+    """A PNG (base64) of one figure over the period: each run a dot (green passed, red did not,
+    drawn on top), runs that did not measure it as red crosses on the axis, each run's SLO
+    threshold as a dashed line."""
+    import matplotlib.dates as mdates
+
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6.4, 2.8), dpi=110)
     measured, missing = [], []
@@ -132,32 +146,37 @@ def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: t
         moment = moment_of(row)
         if moment is None:
             continue
-        value = row.summary.metrics.get(spec.metric) if row.summary else None
-        good = run_passed(row, failed)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            measured.append((moment, float(value), good))
+        value = number(row.summary.metrics.get(spec.metric)) if row.summary else None
+        if value is not None:
+            measured.append((moment, value, run_passed(row, failed)))
         else:
             missing.append(moment)
     if measured:
         axis.plot([t for t, _, _ in measured], [v for _, v, _ in measured], color=GREY, linewidth=1, zorder=1)
-        axis.scatter([t for t, _, _ in measured], [v for _, v, _ in measured],
-                     c=[GOOD if good else BAD for _, _, good in measured], s=36, zorder=3)
+        for good, colour, label, order in ((True, GOOD, "passed", 3), (False, BAD, "did not pass", 4)):
+            points = [(t, v) for t, v, ok in measured if ok is good]
+            if points:
+                axis.scatter([t for t, _ in points], [v for _, v in points], color=colour, s=36, zorder=order,
+                             label=label)
     if missing:
-        axis.scatter(missing, [0.0] * len(missing), marker="x", color=BAD, s=48, zorder=3,
-                     label="did not measure it")
-    threshold = _threshold(spec, runs)
-    if threshold is not None:
-        comparison, value = threshold
-        axis.axhline(value, color=BAD, linestyle="--", linewidth=1.2, label=f"SLO {comparison} {_format(value, spec.unit)}")
-    if threshold is not None or missing:
-        axis.legend(fontsize=9, loc="best")
+        axis.scatter(missing, [0.0] * len(missing), marker="x", color=BAD, s=48, zorder=4, label="did not measure it")
+    thresholds = _thresholds(spec, runs)
+    if thresholds:
+        comparison = thresholds[-1][1]
+        shown = sorted({_format(value, spec.unit) for _, _, value in thresholds})
+        axis.step([t for t, _, _ in thresholds], [v for _, _, v in thresholds], where="post", color=BAD,
+                  linestyle="--", linewidth=1.2, label=f"SLO {comparison} {', '.join(shown[:3])}")
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     first, last = period
     pad = max(timedelta(minutes=5), (last - first) * 0.05)
     axis.set_xlim(first - pad, last + pad)
-    axis.set_title(f"{spec.label}: {len(measured)} runs measured, {len(missing)} did not", fontsize=11)
-    axis.set_ylabel(f"{spec.label} ({spec.unit})" if spec.unit else spec.label, fontsize=9)
+    values = [v for _, v, _ in measured] + [v for _, _, v in thresholds]
+    top = max(values) if values else 0.0
+    axis.set_ylim(0.0 if min(values, default=0.0) >= 0 else None, top * 1.15 if top > 0 else 1.0)
+    axis.set_title(f"{spec.label}: {len(measured)} runs measured it, {len(missing)} did not", fontsize=11)
+    axis.set_ylabel(spec.unit or "value", fontsize=9)
     axis.tick_params(labelsize=9)
-    axis.set_ylim(bottom=min(0.0, axis.get_ylim()[0]))
+    axis.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
     figure.autofmt_xdate()
     figure.tight_layout()
     buffer = io.BytesIO()
@@ -182,7 +201,7 @@ def build_sections(rows: list[BundleRow], failed: set[str]) -> list[ControlSecti
             section.latest = newest_first[0]
             for spec in control.figures:
                 source = next((r for r in newest_first if r.name not in failed and r.summary
-                               and r.summary.metrics.get(spec.metric) is not None), None)
+                               and number(r.summary.metrics.get(spec.metric)) is not None), None)
                 if source is not None and source.summary is not None:
                     section.figures.append(FigureCell(spec.label, _format(source.summary.metrics[spec.metric],
                                                                           spec.unit), source,

@@ -88,7 +88,7 @@ class RunSummary(BaseModel):
             verdict = "PASS"
         else:
             verdict = "FAIL"
-            reason = reason or "; ".join(c.describe() for c in checks if not c.passed)
+            reason = reason or "; ".join([*(c.describe() for c in checks if not c.passed), *(errors or [])])
         return cls(runbook=runbook, control=control, verdict=verdict, metrics=metrics, checks=checks, reason=reason)
 
     def to_json(self) -> dict:

@@ -269,10 +269,11 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
         _check_unsealed(path, report)
     if trusted is None and report.signatures:
         signed = sum(1 for state in report.signatures.values() if state != UNSIGNED)
+        carried = (f"{signed} signed bundle(s) were checked only against the key each carries, which anyone can "
+                   "replace") if signed else "no bundle is signed"
         report.add(LEDGER_FINDING, "signatures-unchecked",
-                   f"signatures not checked: no trusted public key was given (--public-key or "
-                   f"$DRILLBOOK_TRUSTED_KEYS); {signed} signed bundle(s) were checked only against the key each "
-                   "carries, which anyone can replace", severity="error" if require_signed else "warning")
+                   "signatures not checked: no trusted public key was given (--public-key or $DRILLBOOK_TRUSTED_KEYS); "
+                   + carried, severity="error" if require_signed else "warning")
     if expected_head is not None:
         check_head(entries, expected_head, head_source or "the kept head", trusted, require_signed, report)
     return report

@@ -1,0 +1,110 @@
+"""No import circles in the package at import time.
+
+Read from the source (the module-level imports of every module under lib/drillbook, outside
+`if TYPE_CHECKING:`), so that a circle is found even where Python happens to resolve it; imports
+inside functions are deferred on purpose and are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.helpers import REPOSITORY
+
+ROOT = REPOSITORY / "lib"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / "drillbook").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements that run when the module is imported (into if/try blocks, not TYPE_CHECKING)."""
+    statements = []
+    for node in body:
+        if isinstance(node, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(node.test):
+                statements += _module_level(node.body) + _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            statements += _module_level(node.body) + _module_level(node.orelse) + _module_level(node.finalbody)
+            for handler in node.handlers:
+                statements += _module_level(handler.body)
+        else:
+            statements.append(node)
+    return statements
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which package modules each module imports when it is imported. `from pkg import sub`
+    counts as an import of pkg.sub alone: pkg is already being imported as sub's parent."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        wanted: set[str] = set()
+        for node in _module_level(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                wanted.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                submodules = {f"{base}.{alias.name}" for alias in node.names} & known.keys()
+                wanted |= submodules
+                if len(submodules) < len(node.names):
+                    wanted.add(base)
+        graph[name] = {module for module in wanted if module in known and module != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_finder_sees_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_reads_the_real_package():
+    graph = import_graph()
+    assert "drillbook.evidence.bundle" in graph["drillbook.evidence.verify"]
+    assert "drillbook.errors" in graph["drillbook.config"]
+
+
+def test_no_module_of_the_package_imports_itself_in_a_circle():
+    assert circles(import_graph()) == []
