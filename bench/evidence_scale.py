@@ -20,8 +20,11 @@ from drillbook.evidence import BundleWriter, RunSummary, SloCheck, verify_path
 from drillbook.evidence.report import render_report
 from drillbook.evidence.signing import new_key
 
-CONTROLS = {"ha": "recovery_time_s", "isolation": "victim_p95_ratio", "cold-start": "cold_start_p95_s",
-            "restore": "rto_s"}
+# runbook -> (control, the metric of its first judged figure, the check that judges it)
+CONTROLS = {"ha-replica-loss": ("ha", "recovery_time_s", "service recovery time"),
+            "noisy-neighbour": ("isolation", "victim_p95_ratio", "victim p95 ratio (burst over own baseline)"),
+            "cold-start": ("cold-start", "cold_start_p95_s", "cold-start P95 time to first token"),
+            "restore-drill": ("restore", "rto_s", "RTO")}
 
 
 def write_bundles(results: Path, count: int, key: Path | None, seed: int = 7) -> None:
@@ -30,11 +33,12 @@ def write_bundles(results: Path, count: int, key: Path | None, seed: int = 7) ->
     notebook = '{"cells": [' + ",".join('{"cell_type": "code", "source": "x = 1", "outputs": []}'
                                         for _ in range(400)) + "]}"
     for index in range(count):
-        control = list(CONTROLS)[index % 4]
+        runbook = list(CONTROLS)[index % 4]
+        control, metric, check = CONTROLS[runbook]
         value = rng.uniform(0.5, 3.0)
-        summary = RunSummary.judge(f"{control}-drill", control, {CONTROLS[control]: value},
-                                   [SloCheck(name=CONTROLS[control], comparison="<=", threshold=2.5, value=value)])
-        with BundleWriter(results, f"{control}-drill", "sandbox", {"users": 20}, signing_key=key) as bundle:
+        summary = RunSummary.judge(runbook, control, {metric: value},
+                                   [SloCheck(name=check, comparison="<=", threshold=2.5, value=value)])
+        with BundleWriter(results, runbook, "sandbox", {"users": 20}, signing_key=key) as bundle:
             bundle.write_json("summary.json", summary.to_json())
             bundle.write_text("load/requests.csv", request_log)
             bundle.write_text("load/locust.json", '{"num_requests": 2500}' + " " * 20_000)

@@ -254,8 +254,8 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     figure, (latency, errors) = plt.subplots(2, 1, figsize=(8, 4), sharex=True)
     origin = float(turns["t"].min()) if len(turns) else 0.0
     per_second = turns.assign(s=(turns["t"] - origin).astype(int)).groupby("s")
-    latency.plot(per_second["ms"].quantile(0.95), label="p95 ms")
-    latency.plot(per_second["ms"].quantile(0.5), label="p50 ms")
+    latency.plot(per_second["ms"].agg(lambda ms: percentile(ms, 0.95)), label="p95 ms")
+    latency.plot(per_second["ms"].agg(lambda ms: percentile(ms, 0.5)), label="p50 ms")
     errors.bar(per_second.size().index, (~turns["ok"]).groupby((turns["t"] - origin).astype(int)).sum()
                .reindex(per_second.size().index, fill_value=0), color="#c62828", label="failed requests")
     for axis in (latency, errors):

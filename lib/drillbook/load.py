@@ -27,6 +27,7 @@ from drillbook import project
 from drillbook.config import LoadOptions
 from drillbook.delivery import Receipt, read_receipts
 from drillbook.errors import ConfigError, LoadRunOverran
+from drillbook.measure import percentile
 from drillbook.processes import ProcessLedger, die_with_parent
 from drillbook.profile import AgentApi, format_tenant_keys
 
@@ -92,7 +93,9 @@ def api_env(api: AgentApi) -> dict[str, str]:
 
 
 def histogram_percentile(histogram: dict[str, int] | dict[int, int], quantile: float) -> float:
-    """Percentile from Locust's response-time histogram ({rounded ms: count}), as Locust computes it."""
+    """Percentile from Locust's response-time histogram ({rounded ms: count}), as Locust computes it:
+    nearest rank over Locust's rounded buckets. Only Locust's own summary uses it; every figure
+    drillbook judges comes from the exact request log (drillbook.measure.percentile)."""
     counts = sorted((float(ms), count) for ms, count in histogram.items())
     total = sum(count for _, count in counts)
     if total == 0:
@@ -128,12 +131,6 @@ class LoadResult:
     def total_failures(self) -> int:
         return int(self.stats["failures"].sum()) if len(self.stats) else 0
 
-    def errors(self) -> pd.DataFrame:
-        """Failed requests counted by error type."""
-        failed = self.requests[~self.requests["ok"]]
-        counts = failed.groupby("error").size().rename("count").sort_values(ascending=False)
-        return counts.reset_index()
-
     def by_phase(self, names: list[str] | None = None) -> pd.DataFrame:
         """Requests, error rate and exact p50/p95/p99 per phase and request name."""
         if self.phases.empty:
@@ -148,13 +145,6 @@ class LoadResult:
                 rows.append(summarise(group, phase=phase.phase, name=name))
         return pd.DataFrame(rows)
 
-    def window(self, start: float, end: float, names: list[str] | None = None) -> dict[str, float]:
-        """Requests, error rate and percentiles of the requests started in [start, end)."""
-        window = self.requests[(self.requests["t"] >= start) & (self.requests["t"] < end)]
-        if names is not None:
-            window = window[window["name"].isin(names)]
-        return summarise(window)
-
 
 def summarise(requests: pd.DataFrame, **labels: object) -> dict:
     count = len(requests)
@@ -162,9 +152,7 @@ def summarise(requests: pd.DataFrame, **labels: object) -> dict:
     ms = requests["ms"]
     return {**labels, "requests": count, "failures": failures,
             "error_rate": failures / count if count else math.nan,
-            "p50_ms": float(ms.quantile(0.50)) if count else math.nan,
-            "p95_ms": float(ms.quantile(0.95)) if count else math.nan,
-            "p99_ms": float(ms.quantile(0.99)) if count else math.nan}
+            "p50_ms": percentile(ms, 0.50), "p95_ms": percentile(ms, 0.95), "p99_ms": percentile(ms, 0.99)}
 
 
 def read_stats(json_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -218,8 +206,8 @@ def latency_per_second(log: pd.DataFrame) -> pd.DataFrame:
     if log.empty:
         return pd.DataFrame(columns=["p50_ms", "p95_ms", "p99_ms"])
     grouped = log.assign(second=log["t"].astype(int)).groupby("second")["ms"]
-    return pd.DataFrame({"p50_ms": grouped.quantile(0.50), "p95_ms": grouped.quantile(0.95),
-                         "p99_ms": grouped.quantile(0.99)})
+    return pd.DataFrame({f"p{round(q * 100)}_ms": grouped.agg(lambda ms, q=q: percentile(ms, q))
+                         for q in (0.50, 0.95, 0.99)})
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

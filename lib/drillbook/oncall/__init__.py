@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from drillbook.errors import ConfigError
 
-ONCALL_PARAMETERS = ("operator", "incident")
-
-
 def require_confirmation(target_name: str, dry_run: bool, confirm: str) -> None:
     """Refuse a real change unless confirm names the target (dry runs need nothing)."""
     if not dry_run and confirm != target_name:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from drillbook.scenarios import Figure, Scenario, register
+from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Parameters, Seconds, Wait
 
 

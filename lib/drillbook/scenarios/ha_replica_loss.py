@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import model_validator
 
-from drillbook.scenarios import Figure, Scenario, register
+from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Seconds, Wait
 
 if TYPE_CHECKING:
@@ -31,6 +31,18 @@ class HaReplicaLossParameters(Parameters):
         return self
 
 
+HOLD_S = 2.0  # how long the service must stay at baseline to count as recovered (drills.ha_replica_loss)
+
+
+def _room_to_recover(parameters: HaReplicaLossParameters) -> list[str]:
+    after_kill = parameters.duration_s - parameters.kill_after_s
+    if after_kill < parameters.max_recovery_s + HOLD_S:
+        return [f"the load runs {after_kill:g}s after the kill, less than max_recovery_s + {HOLD_S:g}s "
+                f"({parameters.max_recovery_s + HOLD_S:g}s): a recovery slower than {max(0.0, after_kill - HOLD_S):g}s "
+                f"is not measured; raise duration_s to {parameters.kill_after_s + parameters.max_recovery_s + HOLD_S:g}"]
+    return []
+
+
 def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> str | None:
     try:
         running = target.desired("agent")
@@ -44,7 +56,7 @@ def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> s
 SCENARIO = register(Scenario(
     name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
-    target_check=_enough_replicas,
+    target_check=_enough_replicas, advice=_room_to_recover,
     title="High availability: replica loss",
     figures=(Figure("recovery_time_s", "service recovery time", "s", "service recovery time"),
              Figure("lost_turns", "acknowledged turns lost", "", "acknowledged turns lost"),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from drillbook.scenarios import Figure, Scenario, register
+from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Ratio, Seconds
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from drillbook.scenarios import Scenario, register
+from drillbook.scenarios.registry import Scenario, register
 from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds, Wait
 
 

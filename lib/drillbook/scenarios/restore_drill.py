@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drillbook.scenarios import Figure, Scenario, register
+from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Parameters, Seconds, Turns
 
 

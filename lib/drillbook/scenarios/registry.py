@@ -1,0 +1,98 @@
+"""The registry itself: what a scenario declares, and where declarations are kept.
+
+Kept apart from the package's `__init__`, which imports every scenario module, so that those
+modules import this one and nothing imports in a circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from drillbook.config import validation_line
+from drillbook.errors import ConfigError
+
+if TYPE_CHECKING:
+    from drillbook.targets import Target
+
+UNKNOWN_CONTROL = "unknown"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure the report shows for a control: the summary metric, how it reads, and the SLO
+    check (by name) whose threshold is drawn with it."""
+
+    metric: str
+    label: str
+    unit: str = ""
+    check: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one runbook is: its name, its control (with the report's title and figures for it),
+    its parameters, its experiment."""
+
+    name: str
+    control: str
+    parameters: type[BaseModel]
+    summary: str
+    experiment: str | None = None
+    oncall: bool = False
+    target_check: Callable[[BaseModel, "Target"], str | None] | None = None
+    title: str = ""
+    figures: tuple[Figure, ...] = ()
+    advice: Callable[[BaseModel], list[str]] | None = None  # legal values that may not show what they should
+
+    def validate(self, values: dict[str, Any]) -> BaseModel:
+        """values (already of the right types) against the declared limits; one ConfigError line."""
+        try:
+            return self.parameters.model_validate(values)
+        except ValidationError as error:
+            raise ConfigError(f"{self.name}: {validation_line(error)}") from None
+
+    def advise(self, values: dict[str, Any]) -> list[str]:
+        """Warnings about legal values that may leave a figure unmeasured (said before the run)."""
+        return list(self.advice(self.validate(values))) if self.advice else []
+
+    def check_target(self, values: dict[str, Any], target: "Target") -> None:
+        """The limits that depend on the target, asked of it before anything is touched."""
+        if self.target_check is None:
+            return
+        problem = self.target_check(self.validate(values), target)
+        if problem:
+            raise ConfigError(f"{self.name}: {problem}")
+
+
+REGISTRY: dict[str, Scenario] = {}
+
+
+def register(scenario: Scenario) -> Scenario:
+    if scenario.name in REGISTRY:
+        raise ValueError(f"scenario {scenario.name} is declared twice")
+    REGISTRY[scenario.name] = scenario
+    return scenario
+
+
+def scenario(name: str) -> Scenario | None:
+    """The declaration of a runbook, or None for a runbook of the user's own that declares none."""
+    return REGISTRY.get(name)
+
+
+def controls() -> list[Scenario]:
+    """The scenarios a report scores, one per control (on-call runbooks are not controls)."""
+    seen: dict[str, Scenario] = {}
+    for declared in REGISTRY.values():
+        if not declared.oncall and declared.control not in seen:
+            seen[declared.control] = declared
+    return list(seen.values())
+
+
+def control_of(runbook: str) -> str:
+    """The control a runbook's evidence counts for, from its declaration (never from the notebook,
+    which may not have run far enough to say)."""
+    declared = REGISTRY.get(runbook)
+    return declared.control if declared else UNKNOWN_CONTROL
