@@ -141,7 +141,7 @@ def test_a_failing_cell_is_error_with_the_cell_named_and_the_target_rolled_back(
 
 def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=200)
-    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "8", "kill_after_s": "3"},
+    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
     assert executed.verdict == "PASS", executed.summary
     values = run_recorded(executed.bundle)["values"]
