@@ -160,20 +160,23 @@ def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: t
                              label=label)
     if missing:
         axis.scatter(missing, [0.0] * len(missing), marker="x", color=BAD, s=48, zorder=4, label="did not measure it")
-    thresholds = _thresholds(spec, runs)
-    if thresholds:
-        comparison = thresholds[-1][1]
-        shown = sorted({_format(value, spec.unit) for _, _, value in thresholds})
-        axis.step([t for t, _, _ in thresholds], [v for _, _, v in thresholds], where="post", color=BAD,
-                  linestyle="--", linewidth=1.2, label=f"SLO {comparison} {', '.join(shown[:3])}")
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     first, last = period
     pad = max(timedelta(minutes=5), (last - first) * 0.05)
+    thresholds = _thresholds(spec, runs)
+    if thresholds:  # each run's threshold from that run on, across the whole period
+        comparison = thresholds[-1][1]
+        shown = sorted({_format(value, spec.unit) for _, _, value in thresholds})
+        xs = [first - pad, *(t for t, _, _ in thresholds), last + pad]
+        ys = [thresholds[0][2], *(v for _, _, v in thresholds), thresholds[-1][2]]
+        axis.step(xs, ys, where="post", color=BAD, linestyle="--", linewidth=1.2,
+                  label=f"SLO {comparison} {', '.join(shown[:3])}")
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     axis.set_xlim(first - pad, last + pad)
     values = [v for _, v, _ in measured] + [v for _, _, v in thresholds]
     top = max(values) if values else 0.0
     axis.set_ylim(0.0 if min(values, default=0.0) >= 0 else None, top * 1.15 if top > 0 else 1.0)
-    axis.set_title(f"{spec.label}: {len(measured)} runs measured it, {len(missing)} did not", fontsize=11)
+    axis.set_title(f"{spec.label}: {len(measured)} run{'' if len(measured) == 1 else 's'} measured it, "
+                   f"{len(missing)} did not", fontsize=11)
     axis.set_ylabel(spec.unit or "value", fontsize=9)
     axis.tick_params(labelsize=9)
     axis.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
