@@ -16,12 +16,12 @@ import yaml
 
 from drillbook.chaos import run
 from drillbook.chaos.runner import parameters_for, sandbox_configuration
-from drillbook.chaos.scenarios import SCENARIOS
 from drillbook.errors import ConfigError
+from drillbook.scenarios import REGISTRY, experiment_parameters
 from tests.helpers import REPOSITORY, wait_for
 
 pytestmark = pytest.mark.integration
-EXPERIMENTS = sorted(SCENARIOS)
+EXPERIMENTS = sorted(s.experiment for s in REGISTRY.values() if s.experiment)
 
 
 def drillbook(*args: str, state: Path, timeout: float = 180, **extra_env: str) -> subprocess.CompletedProcess[str]:
@@ -43,7 +43,8 @@ def test_every_experiment_passes_chaos_validate_and_matches_its_parameters(name,
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     configuration = yaml.safe_load(path.read_text())["configuration"]
-    assert configuration == SCENARIOS[name]().model_dump(), "YAML defaults and the typed parameters disagree"
+    assert configuration == experiment_parameters(name)().model_dump(), \
+        "YAML defaults and the typed parameters disagree"
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

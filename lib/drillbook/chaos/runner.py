@@ -28,9 +28,9 @@ from pydantic import ValidationError
 from drillbook import project
 from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
-from drillbook.chaos.scenarios import SCENARIOS
 from drillbook.config import validation_line
 from drillbook.errors import ConfigError
+from drillbook.scenarios import experiment_parameters
 from drillbook.shutdown import SHUTDOWN, Interrupted
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def parameters_for(experiment: dict[str, Any], scenario: str | None, variables: 
     if unknown:
         raise ConfigError(f"unknown parameter {unknown[0]!r} for this experiment; known: {', '.join(sorted(defaults))}")
     merged = {**defaults, **variables}
-    model = SCENARIOS.get(scenario or "")
+    model = experiment_parameters(scenario or "")
     if model is not None:
         try:
             return model.model_validate(merged).model_dump()

@@ -8,8 +8,9 @@ all checked against it before a kernel starts, and so are the limits that depend
 here, its notebook and its experiment.
 """
 
+from drillbook.scenarios import cold_start, ha_replica_loss, noisy_neighbour, oncall, restore_drill  # noqa: F401
 from drillbook.scenarios.registry import (REGISTRY, UNKNOWN_CONTROL, Figure, Scenario, control_of, controls,
-                                          register, scenario)
-from drillbook.scenarios import cold_start, ha_replica_loss, noisy_neighbour, oncall, restore_drill  # noqa: F401 - each registers itself
+                                          experiment_parameters, register, scenario)
 
-__all__ = ["REGISTRY", "UNKNOWN_CONTROL", "Figure", "Scenario", "control_of", "controls", "register", "scenario"]
+__all__ = ["REGISTRY", "UNKNOWN_CONTROL", "Figure", "Scenario", "control_of", "controls", "experiment_parameters",
+           "register", "scenario"]

@@ -6,18 +6,29 @@ from typing import Annotated
 
 from pydantic import Field
 
-from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Parameters, Seconds, Wait
+from drillbook.scenarios.registry import Figure, Scenario, register
+
+IDLE_S, SLO_S = 1.0, 5.0
+
+
+class ColdStartExperiment(Parameters):
+    """experiments/cold-start.yaml: scale to zero, stay idle, one first request."""
+
+    idle_s: Wait = IDLE_S
+    max_cold_start_s: Seconds = SLO_S  # the drill passes its slo_p95_s: each first token is held to it
+    ready_timeout_s: Seconds = 60.0
 
 
 class ColdStartParameters(Parameters):
     trials: Annotated[int, Field(ge=1, le=1000)] = 3
-    idle_s: Wait = 1.0
-    slo_p95_s: Seconds = 5.0
+    idle_s: Wait = IDLE_S
+    slo_p95_s: Seconds = SLO_S
 
 
 SCENARIO = register(Scenario(
     name="cold-start", control="cold-start", parameters=ColdStartParameters, experiment="cold-start",
+    experiment_parameters=ColdStartExperiment,
     summary="scale-from-zero, N trials: P95 time to first token within SLO, every first turn stored",
     title="Scale from zero: cold start",
     figures=(Figure("cold_start_p95_s", "cold-start P95", "s", "cold-start P95 time to first token"),

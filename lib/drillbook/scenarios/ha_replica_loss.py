@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Seconds, Wait
+from drillbook.scenarios.registry import Figure, Scenario, register
 
 if TYPE_CHECKING:
     from drillbook.targets import Target
+
+
+MAX_ERROR_RATE = 0.0  # the gateway retries idempotent turns on another replica: clients see no error
+
+
+class HaReplicaLossExperiment(Parameters):
+    """experiments/ha-replica-loss.yaml: kill replicas of a service while client sessions run."""
+
+    service: Literal["agent", "model", "gateway"] = "agent"
+    kill_count: Count = 1
+    kill_signal: Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"] = "SIGKILL"
+    kill_after_s: Annotated[float, Field(ge=0, le=600)] = 1.5
+    traffic_sessions: Count = 8
+    traffic_s: Seconds = 5.0
+    max_error_rate: Fraction = MAX_ERROR_RATE
+    recovery_timeout_s: Seconds = 30.0
 
 
 class HaReplicaLossParameters(Parameters):
@@ -19,7 +35,7 @@ class HaReplicaLossParameters(Parameters):
     kill_count: Count = 1
     kill_after_s: Wait = 4.0
     think_time_s: Wait = 0.2
-    max_error_rate: Fraction = 0.0
+    max_error_rate: Fraction = MAX_ERROR_RATE
     max_recovery_s: Seconds = 10.0
     max_p95_ms: Seconds = 2000.0
 
@@ -55,6 +71,7 @@ def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> s
 
 SCENARIO = register(Scenario(
     name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
+    experiment_parameters=HaReplicaLossExperiment,
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
     target_check=_enough_replicas, advice=_room_to_recover,
     title="High availability: replica loss",

@@ -6,19 +6,34 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Fraction, Parameters, Ratio, Seconds
+from drillbook.scenarios.registry import Figure, Scenario, register
 
 if TYPE_CHECKING:
     from drillbook.targets import Target
 
 
+VICTIM, VICTIM_SESSIONS, BASELINE_S, BURST_S, MAX_P95_RATIO = "tenant-a", 2, 3.0, 5.0, 3.0
+
+
+class NoisyNeighbourExperiment(Parameters):
+    """experiments/noisy-neighbour.yaml: the victim alone, then while an aggressor floods inference."""
+
+    victim_tenant: str = Field(VICTIM, min_length=1)
+    victim_sessions: Count = VICTIM_SESSIONS
+    baseline_s: Seconds = BASELINE_S
+    burst_s: Seconds = BURST_S
+    aggressor_replicas: Count = 1
+    max_victim_p95_ratio: Ratio = MAX_P95_RATIO
+    safeguard_max_error_rate: Fraction = 0.5
+
+
 class NoisyNeighbourParameters(Parameters):
-    victim_tenant: str = Field("tenant-a", min_length=1)
-    victim_sessions: Count = 2
-    baseline_s: Seconds = 3.0
-    burst_s: Seconds = 5.0
-    max_victim_p95_ratio: Ratio = 3.0
+    victim_tenant: str = Field(VICTIM, min_length=1)
+    victim_sessions: Count = VICTIM_SESSIONS
+    baseline_s: Seconds = BASELINE_S
+    burst_s: Seconds = BURST_S
+    max_victim_p95_ratio: Ratio = MAX_P95_RATIO
     max_victim_error_rate: Fraction = 0.0
 
 
@@ -31,6 +46,7 @@ def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") 
 
 SCENARIO = register(Scenario(
     name="noisy-neighbour", control="isolation", parameters=NoisyNeighbourParameters, experiment="noisy-neighbour",
+    experiment_parameters=NoisyNeighbourExperiment,
     summary="an aggressor floods shared inference; the victim's p95 stays within its budget of its own baseline",
     target_check=_victim_is_a_tenant,
     title="Tenant isolation: noisy neighbour",

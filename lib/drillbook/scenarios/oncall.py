@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from drillbook.scenarios.registry import Scenario, register
 from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds, Wait
+from drillbook.scenarios.registry import Scenario, register
 
 
 class TriageParameters(OnCall):

@@ -41,6 +41,7 @@ class Scenario:
     parameters: type[BaseModel]
     summary: str
     experiment: str | None = None
+    experiment_parameters: type[BaseModel] | None = None  # the experiment's `configuration`, typed and bounded
     oncall: bool = False
     target_check: Callable[[BaseModel, "Target"], str | None] | None = None
     title: str = ""
@@ -89,6 +90,12 @@ def controls() -> list[Scenario]:
         if not declared.oncall and declared.control not in seen:
             seen[declared.control] = declared
     return list(seen.values())
+
+
+def experiment_parameters(experiment: str) -> type[BaseModel] | None:
+    """The typed configuration of an experiment (by its name in experiments/), from the scenario
+    that runs it; None for an experiment of the user's own."""
+    return next((s.experiment_parameters for s in REGISTRY.values() if s.experiment == experiment), None)
 
 
 def control_of(runbook: str) -> str:

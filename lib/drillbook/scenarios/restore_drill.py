@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from drillbook.scenarios.registry import Figure, Scenario, register
 from drillbook.scenarios.limits import Count, Parameters, Seconds, Turns
+from drillbook.scenarios.registry import Figure, Scenario, register
 
 
 class RestoreDrillParameters(Parameters):
+    """Both the runbook's parameters and experiments/restore-drill.yaml's configuration."""
+
     sessions: Count = 3
     turns_before: Count = 3
     turns_after: Turns = 2
@@ -17,6 +19,7 @@ class RestoreDrillParameters(Parameters):
 
 SCENARIO = register(Scenario(
     name="restore-drill", control="restore", parameters=RestoreDrillParameters, experiment="restore-drill",
+    experiment_parameters=RestoreDrillParameters,
     summary="destroy the store, restore the backup: RTO and RPO within target, every restored session intact",
     title="Disaster recovery: restore drill",
     figures=(Figure("rto_s", "RTO", "s", "RTO"), Figure("rpo_s", "RPO (data-loss window)", "s", "RPO (data-loss window)"),
