@@ -105,28 +105,12 @@ class Run:
         return report
 
     def model_metrics(self) -> dict[str, dict[str, float]]:
-        """Per tenant, summed over inference replicas: GPU-seconds and queue-wait sum and count
-        (the sandbox's model server metrics; empty on other targets)."""
-        import httpx
-        from prometheus_client.parser import text_string_to_metric_families
+        """Per tenant, summed over inference replicas: GPU-seconds and queue-wait sum and count,
+        where the target offers them (TenantMetrics); empty elsewhere."""
+        from drillbook.targets.capabilities import TenantMetrics
 
         workload = self.workload()
-        urls = workload.replica_urls("inference") if hasattr(workload, "replica_urls") else []
-        totals: dict[str, dict[str, float]] = {}
-        names = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
-                 "drillbook_model_queue_wait_seconds_sum": "queue_wait_sum",
-                 "drillbook_model_queue_wait_seconds_count": "queue_wait_count"}
-        for url in urls:
-            try:
-                text = httpx.get(f"{url}/metrics", timeout=5).text
-            except httpx.HTTPError:
-                continue
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name in names and "tenant" in sample.labels:
-                        tenant = totals.setdefault(sample.labels["tenant"], {})
-                        tenant[names[sample.name]] = tenant.get(names[sample.name], 0.0) + sample.value
-        return totals
+        return workload.tenant_metrics() if isinstance(workload, TenantMetrics) else {}
 
     def start_load(self, profile: str, users: int, duration_s: float, settings: dict[str, str] | None = None) -> Any:
         """Start Locust (a subprocess, never imported here); its files go under load/.

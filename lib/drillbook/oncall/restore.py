@@ -17,6 +17,7 @@ from typing import Any
 
 from drillbook.oncall import require_confirmation
 from drillbook.targets import Target
+from drillbook.targets.capabilities import StoreCatalog
 
 
 def _age_s(created_at: str) -> float:
@@ -42,17 +43,15 @@ class RestoreProcedure:
     def __init__(self, target: Target) -> None:
         self.target = target
 
-    def _control(self) -> Any:
-        handle = getattr(self.target, "handle", None)
-        return handle.control() if handle is not None else None
+    @property
+    def catalog(self) -> StoreCatalog | None:
+        return self.target if isinstance(self.target, StoreCatalog) else None
 
     def backups(self) -> list[dict[str, Any]]:
         """Backups newest first with age and size; empty where the target cannot list them."""
-        control = self._control()
-        if control is None:
+        if self.catalog is None:
             return []
-        with control:
-            found = control.backups()
+        found = self.catalog.backups()
         return [{"backup": b["id"], "created_at": b["created_at"], "age_s": round(_age_s(b["created_at"]), 1),
                  "size_bytes": b["size_bytes"], "sessions": b["sessions"], "turns": b["turns"]}
                 for b in reversed(found)]
@@ -65,12 +64,10 @@ class RestoreProcedure:
 
     def snapshot(self) -> StoreSnapshot:
         """Every stored session's turn count and chain, where the target can list them."""
-        control = self._control()
-        if control is None:
-            return StoreSnapshot(False, reason=f"the {self.target.kind} target offers no store-wide session listing")
+        if self.catalog is None:
+            return StoreSnapshot(False, reason=f"target {self.target.name} offers no store-wide session listing")
         try:
-            with control:
-                sessions = control.store_sessions()
+            sessions = self.catalog.store_sessions()
         except Exception as error:  # noqa: BLE001 - a destroyed store is exactly when this runs
             return StoreSnapshot(False, reason=f"the store cannot be read: {error}")
         return StoreSnapshot(True, {s["session_id"]: s["turns"] for s in sessions},
@@ -80,7 +77,7 @@ class RestoreProcedure:
         """What a restore would replace with what; touches nothing."""
         chosen = self.choose(backup)
         live = self.snapshot()
-        listable = self._control() is not None
+        listable = self.catalog is not None
         return {"backup": chosen, "backup_found": chosen is not None or not listable,
                 "live_readable": live.readable, "live_sessions": len(live.sessions) if live.readable else None,
                 "live_turns": live.turns if live.readable else None, "live_reason": live.reason,

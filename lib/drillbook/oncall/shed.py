@@ -1,9 +1,9 @@
 """Shed a noisy tenant: lower its limit so the others get inference back, measure before and
 after, and keep the undo.
 
-On the sandbox the limit is the gateway's per-tenant rate limit (requests per second and
-burst); on kubernetes it is the tenant namespace's ResourceQuota (the profile names each
-tenant's namespace and quota). The change is written to the target's mitigation ledger before it is applied; it stays
+The target offers the limit (drillbook.targets.capabilities.TenantLimits): on the sandbox the
+gateway's per-tenant rate limit (requests per second and burst), on kubernetes the tenant
+namespace's ResourceQuota (the profile names each tenant's namespace and quota). The change is written to the target's mitigation ledger before it is applied; it stays
 in place after the run (it is an incident mitigation, not a drill fault, so `drillbook
 rollback` leaves it alone) until the runbook runs again with ``undo=True``.
 """
@@ -19,86 +19,26 @@ from drillbook.errors import ConfigError
 from drillbook.oncall import require_confirmation
 from drillbook.oncall.triage import collect
 from drillbook.targets import Target
+from drillbook.targets.capabilities import TenantLimits
 
 
 def mitigation_ledger(state_dir: Path) -> FaultLedger:
     return FaultLedger(Path(state_dir) / "mitigations.jsonl")
 
 
-class GatewayLimits:
-    """The sandbox: each tenant's gateway rate limit {rps, burst}."""
-
-    def __init__(self, target: Target) -> None:
-        self.handle = getattr(target, "handle")
-
-    def read(self) -> dict[str, dict[str, Any]]:
-        with self.handle.control() as control:
-            return control.tenant_limits()
-
-    def lowered(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
-        return {"rps": float(rps), "burst": int(burst)}
-
-    def write(self, tenant: str, limit: dict[str, Any]) -> None:
-        with self.handle.control() as control:
-            control.set_tenant_limit(tenant, float(limit["rps"]), int(limit["burst"]))
-
-
-class NamespaceQuotas:
-    """Kubernetes: each tenant namespace's ResourceQuota (spec.hard), for tenants whose profile
-    entry names a namespace."""
-
-    def __init__(self, target: Target) -> None:
-        from kubernetes import client
-
-        from drillbook.targets.kubernetes import api_client
-
-        self.core = client.CoreV1Api(api_client(getattr(target, "context")))
-        from drillbook.targets.kubernetes import check_allowed
-
-        spec = target.profile.spec.kubernetes
-        assert spec is not None
-        self.tenants = {name: ref for name, ref in target.profile.spec.tenants.items() if ref.namespace}
-        for ref in self.tenants.values():  # the allow-list, before any call
-            check_allowed(spec.context, str(ref.namespace), spec.allowed_contexts, spec.allowed_namespaces)
-        if not self.tenants:
-            raise ConfigError(f"target profile {target.name} names no tenant namespace (tenants.<name>.namespace)")
-
-    def read(self) -> dict[str, dict[str, Any]]:
-        found = {}
-        for tenant, ref in self.tenants.items():
-            quota = self.core.read_namespaced_resource_quota(ref.quota, ref.namespace)
-            found[tenant] = dict(quota.spec.hard or {})
-        return found
-
-    def lowered(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
-        if not quota:
-            raise ConfigError("shedding on kubernetes needs -p quota=resource=amount,... (the new ResourceQuota hard "
-                              "limits, for example requests.nvidia.com/gpu=0,pods=2)")
-        pairs = [item.split("=", 1) for item in quota.split(",") if item.strip()]
-        if any(len(pair) != 2 or not pair[0].strip() or not pair[1].strip() for pair in pairs):
-            raise ConfigError(f"invalid quota {quota!r}: use resource=amount pairs separated by commas")
-        return {**current, **{name.strip(): value.strip() for name, value in pairs}}
-
-    def write(self, tenant: str, limit: dict[str, Any]) -> None:
-        ref = self.tenants[tenant]
-        self.core.replace_namespaced_resource_quota(ref.quota, ref.namespace, {
-            "metadata": {"name": ref.quota, "namespace": ref.namespace}, "spec": {"hard": limit}})
-
-
 class Shedding:
+    """A tenant's limit lowered and restored on a target that offers tenant limits."""
+
     def __init__(self, target: Target, state_dir: Path) -> None:
-        if getattr(target, "handle", None) is not None:
-            self.limiter: GatewayLimits | NamespaceQuotas = GatewayLimits(target)
-        elif target.kind == "kubernetes":
-            self.limiter = NamespaceQuotas(target)
-        else:
-            raise ConfigError(f"shedding a tenant on a {target.kind} target is not available (the sandbox's gateway "
+        if not isinstance(target, TenantLimits):
+            raise ConfigError(f"target {target.name} offers no tenant limits to lower (the sandbox's gateway "
                               "limits, or tenant namespace quotas on kubernetes)")
+        self.limiter: TenantLimits = target
         self.target = target
         self.ledger = mitigation_ledger(state_dir)
 
     def limits(self) -> dict[str, dict[str, Any]]:
-        return self.limiter.read()
+        return self.limiter.tenant_limits()
 
     def measure(self, window_s: float) -> dict[str, dict[str, Any]]:
         """Per tenant over window_s: requests, throttled, p95 latency, slot share and queue wait
@@ -113,7 +53,7 @@ class Shedding:
         current = self.limits()
         if tenant not in current:
             raise ConfigError(f"no tenant {tenant!r} on target {self.target.name}; tenants: {', '.join(current)}")
-        new = self.limiter.lowered(current[tenant], rps, burst, quota)
+        new = self.limiter.lowered_limit(current[tenant], rps, burst, quota)
         plan = f"change tenant {tenant}'s limit from {current[tenant]} to {new} on target {self.target.name}"
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan, "previous": current[tenant]}
@@ -121,7 +61,7 @@ class Shedding:
         mitigation = self.ledger.record(incident or "no-incident", self.target.name, "tenant-limit",
                                         {"op": "limit", "tenant": tenant, "limit": current[tenant]}, tenant=tenant,
                                         limit=new, operator=operator, incident=incident)
-        self.limiter.write(tenant, new)
+        self.limiter.set_tenant_limit(tenant, new)
         return {"dry_run": False, "changed": True, "plan": plan, "previous": current[tenant], "mitigation": mitigation.id,
                 "at": time.time(), "undo": f"drillbook run shed-noisy-tenant -p tenant={tenant} -p undo=True "
                                            f"-p dry_run=False -p confirm={self.target.name}"}
@@ -136,7 +76,7 @@ class Shedding:
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan}
         require_confirmation(self.target.name, dry_run, confirm)
-        self.limiter.write(tenant, original)
+        self.limiter.set_tenant_limit(tenant, original)
         for mitigation in open_ones:
             self.ledger.resolve(mitigation, f"undone: {plan}")
         return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": open_ones[0].id}

@@ -9,15 +9,11 @@ available, never guessed.
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from drillbook.targets import Target
+from drillbook.targets.capabilities import Diagnostics
 
 NOTABLE_EVENTS = {"replica_exited", "replica_killed", "replica_unready", "restart_scheduled", "store_destroyed",
                   "store_restored", "store_recreated", "tenant_limit_changed", "scaled"}
@@ -46,40 +42,6 @@ class Signals:
     missing: list[str] = field(default_factory=list)
 
 
-def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-def _delta(after: dict, before: dict) -> dict:
-    return {key: value - before.get(key, 0.0) for key, value in after.items()}
-
-
-def _histogram_p95(samples: dict, name: str, tenant: str) -> float | None:
-    buckets = sorted((float(dict(labels)["le"]), value) for (metric, labels), value in samples.items()
-                     if metric == f"{name}_bucket" and dict(labels).get("tenant") == tenant)
-    total = buckets[-1][1] if buckets else 0
-    if total <= 0:
-        return None
-    for bound, count in buckets:
-        if count >= 0.95 * total:
-            return bound if not math.isinf(bound) else buckets[-2][0] if len(buckets) > 1 else None
-    return None
-
-
-def _by_tenant(samples: dict, name: str, label: str = "tenant") -> dict[str, float]:
-    found: dict[str, float] = {}
-    for (metric, labels), value in samples.items():
-        labels_dict = dict(labels)
-        if metric == name and label in labels_dict:
-            found[labels_dict[label]] = found.get(labels_dict[label], 0.0) + value
-    return found
-
-
 def collect(target: Target, window_s: float = 10.0) -> Signals:
     """Read the signals over window_s seconds (two samples of the metrics); change nothing."""
     signals = Signals(window_s)
@@ -94,64 +56,16 @@ def collect(target: Target, window_s: float = 10.0) -> Signals:
         signals.store_healthy = target.store_healthy()
     except Exception:  # noqa: BLE001
         signals.missing.append("store health")
-    handle = getattr(target, "handle", None)
-    if handle is None:
+    if not isinstance(target, Diagnostics):
         signals.missing += ["per-tenant latency and errors", "inference slot share and queue wait",
                             "slowest requests", "replica restarts"]
         signals.events = [e for e in target.events() if e["kind"] in NOTABLE_EVENTS][-20:]
         return signals
-    gateway = handle.gateway_url
-    with handle.control() as control:
-        status = control.status()["services"]
-    model_urls = [r["url"] for r in status["model"]["replicas"] if r["url"]]
-    restarts_before = {name: sum(r.get("restarts", 0) for r in svc["replicas"]) for name, svc in status.items()}
-    gateway_before = _scrape(gateway)
-    model_before = [_scrape(url) for url in model_urls]
-    started = time.time()
-    time.sleep(window_s)
-    gateway_after = _scrape(gateway)
-    model_after = [_scrape(url) for url in model_urls]
-    with handle.control() as control:
-        status = control.status()["services"]
-        signals.events = [e for e in control.events() if e["kind"] in NOTABLE_EVENTS and e["t"] >= started - 600][-20:]
-    for name, svc in status.items():
-        restarts = sum(r.get("restarts", 0) for r in svc["replicas"]) - restarts_before.get(name, 0)
-        if name in ("agent", "model"):
-            role = "agent" if name == "agent" else "inference"
-            signals.replicas.setdefault(role, {})["restarts_in_window"] = restarts
-    gateway_delta = _delta(gateway_after, gateway_before)
-    model_delta: dict = {}
-    for after, before in zip(model_after, model_before):
-        for key, value in _delta(after, before).items():
-            model_delta[key] = model_delta.get(key, 0.0) + value
-    requests: dict[str, dict[str, float]] = {}
-    for (metric, labels), value in gateway_delta.items():
-        labels_dict = dict(labels)
-        if metric == "drillbook_gateway_requests_total" and labels_dict.get("tenant") not in (None, "unknown"):
-            per = requests.setdefault(labels_dict["tenant"], {"requests": 0.0, "failed": 0.0, "throttled": 0.0})
-            per["requests"] += value
-            if labels_dict["code"].startswith("5"):
-                per["failed"] += value
-            elif labels_dict["code"] == "429":
-                per["throttled"] += value
-    gpu = _by_tenant(model_delta, "drillbook_model_gpu_seconds_total")
-    wait_sum = _by_tenant(model_delta, "drillbook_model_queue_wait_seconds_sum")
-    wait_count = _by_tenant(model_delta, "drillbook_model_queue_wait_seconds_count")
-    total_gpu = sum(gpu.values())
-    for tenant in sorted(set(requests) | set(gpu)):
-        per = requests.get(tenant, {"requests": 0.0, "failed": 0.0, "throttled": 0.0})
-        p95 = _histogram_p95(gateway_delta, "drillbook_gateway_request_seconds", tenant)
-        signals.tenants[tenant] = {
-            **per, "p95_ms": p95 * 1000 if p95 is not None else None,
-            "slot_share": gpu.get(tenant, 0.0) / total_gpu if total_gpu > 0 else 0.0,
-            "queue_wait_ms": 1000 * wait_sum.get(tenant, 0.0) / wait_count[tenant] if wait_count.get(tenant) else None,
-        }
-    try:
-        answer = httpx.get(f"{gateway}/internal/v1/slowest", timeout=5,
-                           headers={"X-Drillbook-Internal-Token": handle.runtime.internal_token})
-        signals.slowest = answer.json()["slowest"][:5]
-    except (httpx.HTTPError, ValueError, KeyError):
-        signals.missing.append("slowest requests")
+    found = target.diagnose(window_s, NOTABLE_EVENTS)
+    for role, restarts in found["restarts"].items():
+        signals.replicas.setdefault(role, {})["restarts_in_window"] = restarts
+    signals.tenants, signals.slowest, signals.events = found["tenants"], found["slowest"], found["events"]
+    signals.missing += found["missing"]
     return signals
 
 

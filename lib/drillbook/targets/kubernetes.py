@@ -13,6 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import LoadedProfile
+from drillbook.targets.platform import model_server_metrics
 from drillbook.targets.store import ProfileTarget
 
 
@@ -158,3 +159,42 @@ class KubernetesTarget(ProfileTarget):
         return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}"
                 for pod in self._live_pods(role)
                 if pod.status.pod_ip and pod.spec.containers[0].ports and _pod_ready(pod)]
+
+    # TenantMetrics: the model server's per-tenant metrics, read from its ready pods
+    def tenant_metrics(self) -> dict[str, dict[str, float]]:
+        return model_server_metrics(self.replica_urls("inference")) if self.has("inference") else {}
+
+    # TenantLimits: each tenant namespace's ResourceQuota (spec.hard), for tenants whose profile
+    # entry names a namespace
+    def _tenant_quotas(self) -> dict[str, Any]:
+        spec = self.profile.spec.kubernetes
+        assert spec is not None
+        tenants = {name: ref for name, ref in self.profile.spec.tenants.items() if ref.namespace}
+        if not tenants:
+            raise ConfigError(f"target profile {self.name} names no tenant namespace (tenants.<name>.namespace)")
+        for ref in tenants.values():  # the allow-list, before any call
+            check_allowed(spec.context, str(ref.namespace), spec.allowed_contexts, spec.allowed_namespaces)
+        return tenants
+
+    def tenant_limits(self) -> dict[str, dict[str, Any]]:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self._client())
+        return {tenant: dict(core.read_namespaced_resource_quota(ref.quota, ref.namespace).spec.hard or {})
+                for tenant, ref in self._tenant_quotas().items()}
+
+    def lowered_limit(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
+        if not quota:
+            raise ConfigError("shedding on kubernetes needs -p quota=resource=amount,... (the new ResourceQuota hard "
+                              "limits, for example requests.nvidia.com/gpu=0,pods=2)")
+        pairs = [item.split("=", 1) for item in quota.split(",") if item.strip()]
+        if any(len(pair) != 2 or not pair[0].strip() or not pair[1].strip() for pair in pairs):
+            raise ConfigError(f"invalid quota {quota!r}: use resource=amount pairs separated by commas")
+        return {**current, **{name.strip(): value.strip() for name, value in pairs}}
+
+    def set_tenant_limit(self, tenant: str, limit: dict[str, Any]) -> None:
+        from kubernetes import client
+
+        ref = self._tenant_quotas()[tenant]
+        client.CoreV1Api(self._client()).replace_namespaced_resource_quota(ref.quota, ref.namespace, {
+            "metadata": {"name": ref.quota, "namespace": ref.namespace}, "spec": {"hard": limit}})

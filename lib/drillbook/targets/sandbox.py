@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.profile import LoadedProfile, builtin_sandbox
+from drillbook.targets.platform import diagnose, model_server_metrics
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
@@ -59,6 +60,35 @@ class SandboxTarget:
 
     def replica_urls(self, role: str) -> list[str]:
         return [r["url"] for r in self._status(role)["replicas"] if r["url"]]
+
+    # TenantMetrics: the model server's per-tenant metrics
+    def tenant_metrics(self) -> dict[str, dict[str, float]]:
+        return model_server_metrics(self.replica_urls("inference"))
+
+    # Diagnostics: the reference platform's own metrics and slowest requests, for triage
+    def diagnose(self, window_s: float, notable: set[str]) -> dict[str, Any]:
+        return diagnose(self.handle, window_s, notable)
+
+    # StoreCatalog: the supervisor lists backups and stored sessions
+    def backups(self) -> list[dict[str, Any]]:
+        with self._control() as control:
+            return control.backups()
+
+    def store_sessions(self) -> list[dict[str, Any]]:
+        with self._control() as control:
+            return control.store_sessions()
+
+    # TenantLimits: the gateway's per-tenant rate limit {rps, burst}
+    def tenant_limits(self) -> dict[str, dict[str, Any]]:
+        with self._control() as control:
+            return control.tenant_limits()
+
+    def lowered_limit(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
+        return {"rps": float(rps), "burst": int(burst)}
+
+    def set_tenant_limit(self, tenant: str, limit: dict[str, Any]) -> None:
+        with self._control() as control:
+            control.set_tenant_limit(tenant, float(limit["rps"]), int(limit["burst"]))
 
     def backup_store(self) -> dict[str, Any]:
         with self._control() as control:

@@ -1,0 +1,52 @@
+"""What a target may offer beyond its replicas and its store, as small protocols.
+
+A drill or on-call runbook that needs one asks with ``isinstance(target, TenantMetrics)`` (the
+protocols are runtime-checkable) and never reaches around the target for its internals; a
+target that does not offer it simply lacks the methods. Where the figures come from (the
+reference platform's model-server metrics, the gateway's rate limits, a namespace's
+ResourceQuota) stays inside the target that knows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class TenantMetrics(Protocol):
+    """Per tenant, summed over the inference replicas: GPU-seconds and queue-wait sum and count."""
+
+    def tenant_metrics(self) -> dict[str, dict[str, float]]: ...
+
+
+@runtime_checkable
+class TenantLimits(Protocol):
+    """Each tenant's limit on shared inference, which an on-call engineer may lower and restore."""
+
+    def tenant_limits(self) -> dict[str, dict[str, Any]]: ...
+
+    def lowered_limit(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
+        """The limit to set instead of current, from the runbook's parameters (one ConfigError line
+        when they do not describe one for this target)."""
+
+    def set_tenant_limit(self, tenant: str, limit: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Diagnostics(Protocol):
+    """The platform's own signals over a window, for triage: per tenant requests, failures,
+    throttling, p95, slot share and queue wait; replica restarts by role; recent notable events;
+    the slowest recent requests; and the names of the signals it could not read."""
+
+    def diagnose(self, window_s: float, notable: set[str]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class StoreCatalog(Protocol):
+    """The state store's backups and stored sessions, listed."""
+
+    def backups(self) -> list[dict[str, Any]]:
+        """Oldest first: id, created_at, size_bytes, sessions, turns."""
+
+    def store_sessions(self) -> list[dict[str, Any]]:
+        """Every stored session: session_id, turns, chain_ok."""
