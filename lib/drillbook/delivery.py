@@ -7,7 +7,7 @@ unbroken. Any lost or duplicated acknowledged turn fails delivery whatever the l
 
 How a workload is read back is a verifier, found by name in the ``drillbook.verifiers`` entry
 point group (the contract: docs/delivery-contract.md). drillbook ships ``reference`` (the
-reference platform, hash chain recomputed) and ``readback`` (any workload serving the read-back
+reference platform, hash chain recomputed: `drillbook.sandbox.verifier`) and ``readback`` (any workload serving the read-back
 contract). A workload with neither is "not verifiable": the audit says so and its delivery
 checks cannot pass.
 """
@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 import httpx
 
 from drillbook.errors import ConfigError, DeliveryError
-from drillbook.sandbox.chain import verify_chain
-from drillbook.sandbox.store import Turn
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
@@ -111,11 +109,6 @@ class ReadBackVerifier:
                    for earlier, later in zip(turns, turns[1:]))
 
 
-def reference_verifier(gateway_url: str, tenant_keys: dict[str, str], profile: "LoadedProfile") -> "ReferenceVerifier":
-    """Entry point ``reference``: the reference platform, every hash recomputed."""
-    return ReferenceVerifier(gateway_url, tenant_keys)
-
-
 def readback_verifier(gateway_url: str, tenant_keys: dict[str, str], profile: "LoadedProfile") -> ReadBackVerifier:
     """Entry point ``readback``: any workload serving the read-back contract."""
     return ReadBackVerifier(gateway_url, tenant_keys, profile)
@@ -149,43 +142,6 @@ def close_verifier(verifier: Verifier | None) -> None:
     close = getattr(verifier, "close", None)
     if callable(close):
         close()
-
-
-class ReferenceVerifier:
-    """The reference platform's read-back: GET /v1/sessions/{id} through the gateway."""
-
-    def __init__(self, gateway_url: str, tenant_keys: dict[str, str], timeout: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=gateway_url, timeout=timeout)
-        self._keys = tenant_keys
-
-    def close(self) -> None:
-        self._http.close()
-
-    def read(self, tenant: str, session_id: str) -> list[Turn] | None:
-        response = self._http.get(f"/v1/sessions/{session_id}",
-                                  headers={"Authorization": f"Bearer {self._keys[tenant]}"})
-        if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise DeliveryError(f"reading session {session_id} back failed: HTTP {response.status_code}")
-        return [Turn(**turn) for turn in response.json()["turns"]]
-
-    def chain_ok(self, session_id: str, turns: list[Turn]) -> bool:
-        return verify_chain(session_id, turns).ok
-
-
-class StoredSessionsVerifier:
-    """Read-back from sessions already in hand (an export, a dump, a test's own data), chains
-    checked the reference platform's way."""
-
-    def __init__(self, sessions: dict[str, list[Turn]]) -> None:
-        self.sessions = sessions
-
-    def read(self, tenant: str, session_id: str) -> list[Turn] | None:
-        return self.sessions.get(session_id)
-
-    def chain_ok(self, session_id: str, turns: list[Turn]) -> bool:
-        return verify_chain(session_id, turns).ok
 
 
 @dataclass

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from drillbook.config import LoadOptions
-from drillbook.delivery import ReferenceVerifier, audit_delivery
+from drillbook.delivery import audit_delivery
 from drillbook.load import LoadRunOverran, locustfile_for, profile_env, run_load, start_load
 from drillbook.sandbox.launcher import _alive
+from drillbook.sandbox.verifier import ReferenceVerifier
 
 from tests.helpers import wait_for
 

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from drillbook.delivery import Receipt, StoredSessionsVerifier, audit_delivery
+from drillbook.delivery import Receipt, audit_delivery
 from drillbook.load import histogram_percentile
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
 from drillbook.sandbox.store import Turn
+from drillbook.sandbox.verifier import StoredSessionsVerifier
 
 
 def session(session_id: str, keys: list[str]) -> list[Turn]:

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from drillbook.delivery import DeliveryReport, Receipt, ReferenceVerifier, audit_delivery
+from drillbook.delivery import DeliveryReport, Receipt, audit_delivery
+from drillbook.sandbox.verifier import ReferenceVerifier
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.sandbox.client import ControlClient, TenantClient
 from drillbook.sandbox.launcher import SandboxHandle
