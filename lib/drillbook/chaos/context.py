@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,9 @@ def target_of(configuration: dict[str, Any]) -> Target:
     return target_for(profile, Path(state) if state else None)
 
 
+_MEASUREMENTS_LOCK = threading.Lock()
+
+
 @dataclass
 class RunContext:
     run_id: str
@@ -49,13 +53,17 @@ class RunContext:
                    FaultLedger(Path(configuration["drillbook_ledger"])), target_of(configuration))
 
     def record_measurement(self, name: str, value: Any) -> None:
+        """Keep one measurement of this run. An experiment's providers run in one process but in
+        several threads (a background probe beside an action), so the read-modify-write is under
+        one lock: no provider's measurement is lost to another's."""
         path = self.run_dir / "measurements.json"
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        measurements = json.loads(path.read_text()) if path.exists() else {}
-        measurements[name] = value
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(measurements, indent=2, default=str))
-        os.replace(partial, path)
+        with _MEASUREMENTS_LOCK:
+            measurements = json.loads(path.read_text()) if path.exists() else {}
+            measurements[name] = value
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps(measurements, indent=2, default=str))
+            os.replace(partial, path)
 
     def measurement(self, name: str) -> Any:
         path = self.run_dir / "measurements.json"
