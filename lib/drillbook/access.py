@@ -19,26 +19,27 @@ import httpx
 
 from drillbook.profile import LoadedProfile
 
-# What each runbook does to a Kubernetes target, and where: (tier or "tenants", verb, group,
-# resource). A tier's calls go to its own namespace (the profile's unless the tier names one);
-# "tenants" means every tenant namespace the profile names. Verbs are the ones drillbook and
-# chaostoolkit-kubernetes call: pods are listed for readiness and deleted by terminate_pods,
+# The rights each action a scenario declares (drillbook.scenarios, `needs`) takes on Kubernetes:
+# (verb, group, resource), asked in the namespace of the tier it acts on (the profile's unless the
+# tier names one), or of every tenant for "tenants". These are the calls drillbook and
+# chaostoolkit-kubernetes make: pods listed for readiness and deleted by terminate_pods,
 # Deployments read for their desired count and patched by scale_deployment, quotas replaced by a shed.
-KUBERNETES_NEEDS: dict[str, list[tuple[str, str, str, str]]] = {
-    "ha-replica-loss": [("agent", "list", "", "pods"), ("agent", "delete", "", "pods"),
-                        ("agent", "get", "apps", "deployments")],
-    "cold-start": [(tier, verb, group, resource) for tier in ("agent", "inference")
-                   for verb, group, resource in (("get", "apps", "deployments"), ("patch", "apps", "deployments"),
-                                                 ("list", "", "pods"))],
-    "noisy-neighbour": [("aggressor", "get", "apps", "deployments"), ("aggressor", "patch", "apps", "deployments"),
-                        ("aggressor", "list", "", "pods"), ("inference", "list", "", "pods")],
-    "restore-drill": [],  # the profile's store commands, run with their own credentials
-    "restore-agent-state": [],
-    "agent-latency-triage": [(tier, verb, group, resource) for tier in ("agent", "inference")
-                             for verb, group, resource in (("get", "apps", "deployments"), ("list", "", "pods"))],
-    "shed-noisy-tenant": [("tenants", "get", "", "resourcequotas"), ("tenants", "update", "", "resourcequotas")],
+KUBERNETES_RIGHTS: dict[str, list[tuple[str, str, str]]] = {
+    "status": [("get", "apps", "deployments"), ("list", "", "pods")],
+    "kill": [("list", "", "pods"), ("delete", "", "pods")],
+    "scale": [("get", "apps", "deployments"), ("patch", "apps", "deployments"), ("list", "", "pods")],
+    "pods": [("list", "", "pods")],
+    "limit": [("get", "", "resourcequotas"), ("update", "", "resourcequotas")],
 }
+STORE = "store"  # backup, restore and destroy run the profile's store commands, with their own credentials
 OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
+
+
+def declared_needs() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Every declared runbook with what it does to a target: drills first, then on-call runbooks."""
+    from drillbook.scenarios import REGISTRY
+
+    return [(s.name, s.needs) for s in sorted(REGISTRY.values(), key=lambda s: s.oncall)]
 
 
 @dataclass
@@ -95,15 +96,6 @@ def _command_found(line: str, folder: Path) -> str | None:
     return None if shutil.which(program) else f"{program} is not on PATH"
 
 
-# The commands each runbook runs on a `commands` target: (tier or "store", command field).
-COMMANDS_NEEDS: dict[str, list[tuple[str, str]]] = {
-    "ha-replica-loss": [("agent", "status"), ("agent", "kill")],
-    "cold-start": [("agent", "status"), ("agent", "scale")],
-    "noisy-neighbour": [("aggressor", "scale")],
-    "restore-drill": [("store", "backup"), ("store", "restore"), ("store", "destroy")],
-}
-
-
 def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
     def line(tier: str, name: str) -> str | None:
         if tier == "store":
@@ -118,9 +110,14 @@ def _commands_runbooks(profile: LoadedProfile, target: Any) -> list[Finding]:
         except Exception as error:  # noqa: BLE001 - reported, not raised: this is a check
             status_problem = f"agent status: {error}"
     findings = []
-    for runbook, needs in COMMANDS_NEEDS.items():
+    for runbook, needs in declared_needs():
         why = []
         for tier, name in needs:
+            if name == "pods" or tier in OPTIONAL_TIERS and profile.role(tier) is None:
+                continue  # metrics a commands target does not offer leave their figures empty
+            if name == "limit":
+                why.append("a commands target offers no tenant limits")
+                continue
             command = line(tier, name)
             if not command:
                 why.append(f"no {tier} {name} command")
@@ -163,18 +160,21 @@ def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
         return [(tier.namespace if tier else None) or spec.namespace]  # the target's defaults otherwise
 
     findings = []
-    for runbook, needs in KUBERNETES_NEEDS.items():
+    for runbook, needs in declared_needs():
         why: list[str] = []
-        for where, verb, group, resource in needs:
+        for where, action in needs:
+            if where == STORE:
+                if profile.spec.workload.store is None and "no workload.store commands" not in why:
+                    why.append("no workload.store commands")
+                continue
             found = namespaces(where)
             if isinstance(found, str):
                 if found not in why:
                     why.append(found)
                 continue
-            why += [f"not allowed: {verb} {resource} in {namespace}" for namespace in found
-                    if not may(verb, group, resource, "", namespace)]
-        if runbook == "restore-drill" and profile.spec.workload.store is None:
-            why.append("no workload.store commands")
+            for verb, group, resource in KUBERNETES_RIGHTS[action]:
+                why += [refused for namespace in found if not may(verb, group, resource, "", namespace)
+                        and (refused := f"not allowed: {verb} {resource} in {namespace}") not in why]
         findings.append(Finding(runbook, not why, "; ".join(why) if why else "allowed"))
     return findings
 
@@ -204,8 +204,7 @@ def check_target(profile: LoadedProfile, state_dir: Path | None = None) -> Targe
     else:
         report.reachability.append(Finding("delivery", True, f"verifier {verifier!r}"))
     if profile.kind == "sandbox":
-        report.runbooks = [Finding(name, True, "the reference platform") for name in
-                           ("ha-replica-loss", "cold-start", "noisy-neighbour", "restore-drill")]
+        report.runbooks = [Finding(name, True, "the reference platform") for name, _ in declared_needs()]
     elif profile.kind == "commands":
         report.runbooks = _commands_runbooks(profile, target)
     else:

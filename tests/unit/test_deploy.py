@@ -71,7 +71,7 @@ def test_the_platform_has_a_pdb_gpu_quota_and_a_network_policy_per_tenant():
 
 
 def test_the_runner_is_least_privilege_and_namespace_scoped():
-    from drillbook.access import KUBERNETES_NEEDS
+    from drillbook.access import KUBERNETES_RIGHTS, declared_needs
 
     assert not by_kind("ClusterRole") and not by_kind("ClusterRoleBinding")
     runner = {r["metadata"]["namespace"]: r for r in by_kind("Role") if r["metadata"]["name"] == "drillbook-runner"}
@@ -82,8 +82,8 @@ def test_the_runner_is_least_privilege_and_namespace_scoped():
                 for resource in rule["resources"] for verb in rule["verbs"]}
 
     def needed(where: set[str]) -> set[tuple[str, str, str]]:
-        return {(group, resource, verb) for needs in KUBERNETES_NEEDS.values()
-                for tier, verb, group, resource in needs if tier in where}
+        return {(group, resource, verb) for _, needs in declared_needs() for tier, action in needs
+                if tier in where for verb, group, resource in KUBERNETES_RIGHTS.get(action, [])}
 
     # Exactly what the runbooks need, no more: the platform's tiers live in agents, quotas in tenants.
     assert granted(runner["agents"]) == needed({"agent", "inference"})

@@ -29,6 +29,7 @@ class ColdStartParameters(Parameters):
 SCENARIO = register(Scenario(
     name="cold-start", control="cold-start", parameters=ColdStartParameters, experiment="cold-start",
     experiment_parameters=ColdStartExperiment,
+    needs=(("agent", "status"), ("agent", "scale"), ("inference", "scale")),
     summary="scale-from-zero, N trials: P95 time to first token within SLO, every first turn stored",
     title="Scale from zero: cold start",
     figures=(Figure("cold_start_p95_s", "cold-start P95", "s", "cold-start P95 time to first token"),

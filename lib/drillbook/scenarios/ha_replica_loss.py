@@ -73,7 +73,7 @@ SCENARIO = register(Scenario(
     name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
     experiment_parameters=HaReplicaLossExperiment,
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
-    target_check=_enough_replicas, advice=_room_to_recover,
+    target_check=_enough_replicas, advice=_room_to_recover, needs=(("agent", "status"), ("agent", "kill")),
     title="High availability: replica loss",
     figures=(Figure("recovery_time_s", "service recovery time", "s", "service recovery time"),
              Figure("lost_turns", "acknowledged turns lost", "", "acknowledged turns lost"),

@@ -47,6 +47,7 @@ def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") 
 SCENARIO = register(Scenario(
     name="noisy-neighbour", control="isolation", parameters=NoisyNeighbourParameters, experiment="noisy-neighbour",
     experiment_parameters=NoisyNeighbourExperiment,
+    needs=(("aggressor", "scale"), ("inference", "pods")),
     summary="an aggressor floods shared inference; the victim's p95 stays within its budget of its own baseline",
     target_check=_victim_is_a_tenant,
     title="Tenant isolation: noisy neighbour",

@@ -32,10 +32,13 @@ class ShedNoisyTenantParameters(OnCall):
 
 TRIAGE = register(Scenario(
     name="agent-latency-triage", control="oncall-triage", parameters=TriageParameters, oncall=True,
+    needs=(("agent", "status"), ("inference", "status")),
     summary="read-only findings in plain words, naming the runbook to run next"))
 RESTORE = register(Scenario(
     name="restore-agent-state", control="oncall-restore", parameters=RestoreAgentStateParameters, oncall=True,
+    needs=(("store", "restore"),),
     summary="restore the state store from a backup, with pre- and post-checks (dry run by default)"))
 SHED = register(Scenario(
     name="shed-noisy-tenant", control="oncall-shed", parameters=ShedNoisyTenantParameters, oncall=True,
+    needs=(("tenants", "limit"),),
     summary="lower one tenant's limit and measure the others before and after (dry run by default)"))

@@ -47,6 +47,11 @@ class Scenario:
     title: str = ""
     figures: tuple[Figure, ...] = ()
     advice: Callable[[BaseModel], list[str]] | None = None  # legal values that may not show what they should
+    # What it does to the target, as (where, action): where is a role (agent, inference, aggressor),
+    # "store" or "tenants"; action is status, kill, scale, pods (read the pods' metrics), backup,
+    # restore, destroy or limit. `drillbook target check` turns each into the rights or commands a
+    # target kind needs for it (drillbook.access).
+    needs: tuple[tuple[str, str], ...] = ()
 
     def validate(self, values: dict[str, Any]) -> BaseModel:
         """values (already of the right types) against the declared limits; one ConfigError line."""

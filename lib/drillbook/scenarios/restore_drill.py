@@ -20,6 +20,7 @@ class RestoreDrillParameters(Parameters):
 SCENARIO = register(Scenario(
     name="restore-drill", control="restore", parameters=RestoreDrillParameters, experiment="restore-drill",
     experiment_parameters=RestoreDrillParameters,
+    needs=(("store", "backup"), ("store", "restore"), ("store", "destroy")),
     summary="destroy the store, restore the backup: RTO and RPO within target, every restored session intact",
     title="Disaster recovery: restore drill",
     figures=(Figure("rto_s", "RTO", "s", "RTO"), Figure("rpo_s", "RPO (data-loss window)", "s", "RPO (data-loss window)"),
