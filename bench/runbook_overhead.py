@@ -23,7 +23,8 @@ from drillbook.chaos import run as run_experiment
 from drillbook.chaos.runner import sandbox_configuration
 from drillbook.targets.sandbox import SandboxTarget
 from drillbook.config import SandboxConfig
-from drillbook.execute import execute, notebook_parameters, runbook_path
+from drillbook.execute import execute
+from drillbook.parameters import notebook_parameters, runbook_path
 from drillbook.gameday import plan_path, run_gameday
 from drillbook.sandbox import launcher
 

@@ -47,7 +47,7 @@ def load_plan(path: Path, target: str | None = None) -> GameDayPlan:
 
     target: a profile to run the plan on instead of the plan's own target.
     """
-    from drillbook.execute import runbook_path, validate_parameters
+    from drillbook.parameters import runbook_path, validate_parameters
 
     try:
         plan = GameDayPlan.model_validate(yaml.safe_load(path.read_text()))

@@ -316,7 +316,7 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
 
 def _check_slos(spec: TargetProfile, path: Path) -> None:
     """Each SLO names a runbook's own parameter, with a value its default's type allows."""
-    from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path, typed_value
+    from drillbook.parameters import INJECTED, available_runbooks, notebook_parameters, runbook_path, typed_value
 
     known = available_runbooks(oncall=True)
     for runbook, thresholds in spec.slos.items():

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from drillbook.evidence import verify_path
-from drillbook.execute import runbook_path
+from drillbook.parameters import runbook_path
 from drillbook.processes import start_ticks
 from tests.helpers import wait_for
 

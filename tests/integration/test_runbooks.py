@@ -14,7 +14,8 @@ import pytest
 
 from drillbook.errors import ConfigError
 from drillbook.evidence import verify_path
-from drillbook.execute import available_runbooks, execute, runbook_path, validate_parameters
+from drillbook.execute import execute
+from drillbook.parameters import available_runbooks, runbook_path, validate_parameters
 from drillbook.runbook import recorded
 
 pytestmark = pytest.mark.integration

@@ -1,8 +1,8 @@
-"""No import circles in the package at import time.
+"""No import circles in the package.
 
-Read from the source (the module-level imports of every module under lib/drillbook, outside
-`if TYPE_CHECKING:`), so that a circle is found even where Python happens to resolve it; imports
-inside functions are deferred on purpose and are not counted.
+Read from the source: every import of every module under lib/drillbook, at module level or
+inside a function (a deferred import still ties the two modules together), outside
+`if TYPE_CHECKING:` (annotations only). A circle is found even where Python happens to resolve it.
 """
 
 from __future__ import annotations
@@ -23,31 +23,24 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements that run when the module is imported (into if/try blocks, not TYPE_CHECKING)."""
-    statements = []
-    for node in body:
-        if isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                statements += _module_level(node.body) + _module_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            statements += _module_level(node.body) + _module_level(node.orelse) + _module_level(node.finalbody)
-            for handler in node.handlers:
-                statements += _module_level(handler.body)
-        else:
-            statements.append(node)
-    return statements
+def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, wherever it is, except under `if TYPE_CHECKING:`."""
+    annotations_only = {id(node) for branch in ast.walk(tree)
+                        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+                        for node in ast.walk(branch)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in annotations_only]
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Which package modules each module imports when it is imported. `from pkg import sub`
-    counts as an import of pkg.sub alone: pkg is already being imported as sub's parent."""
+    """Which package modules each module imports. `from pkg import sub` counts as an import of
+    pkg.sub alone: pkg is already being imported as sub's parent."""
     known = modules()
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         wanted: set[str] = set()
-        for node in _module_level(ast.parse(path.read_text()).body):
+        for node in _imports(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 wanted.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):

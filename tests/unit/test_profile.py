@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from drillbook.errors import ConfigError
-from drillbook.execute import notebook_parameters, runbook_path, validate_parameters
+from drillbook.parameters import notebook_parameters, runbook_path, validate_parameters
 from drillbook.profile import AgentApi, builtin_sandbox, load_profile, parse_profile
 from tests.helpers import REPOSITORY
 

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from drillbook.errors import ConfigError
-from drillbook.execute import INJECTED, available_runbooks, notebook_parameters, runbook_path, validate_parameters
+from drillbook.parameters import INJECTED, available_runbooks, notebook_parameters, runbook_path, validate_parameters
 from drillbook.scenarios import REGISTRY, UNKNOWN_CONTROL, control_of, scenario
 
 

@@ -28,14 +28,9 @@ def run_command(
     state: Optional[Path] = StateDirOption,
 ) -> None:
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
-    from drillbook.execute import (
-        available_runbooks,
-        check_oncall,
-        execute,
-        notebook_parameters,
-        runbook_path,
-        validate_parameters,
-    )
+    from drillbook.execute import execute
+    from drillbook.parameters import (available_runbooks, check_oncall, notebook_parameters, runbook_path,
+                                      validate_parameters)
 
     if runbook is None:
         from drillbook import project

@@ -1,6 +1,6 @@
 """Evidence that an auditor can trust: write-once bundles, a hash chain, signatures, verify, report.
 
-- `bundle`: BundleWriter (atomic, write-once files; manifest; ledger chain; signing)
+- `bundle`: BundleWriter (atomic, write-once files; manifest; signing); `ledger`: the chain
 - `verify`: verify_path — digests, chain, signatures against trusted keys, each problem named
 - `anchor`: the signed ledger head kept outside the results folder (witness file, `drillbook head`)
 - `report`: the self-contained HTML report; `catalog`: bundles as rows for `drillbook list`

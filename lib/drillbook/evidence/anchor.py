@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from drillbook.errors import ConfigError
 from drillbook.evidence import signing
-from drillbook.evidence.bundle import SHA256_HEX, LedgerEntry, canonical_json, read_ledger
+from drillbook.evidence.ledger import SHA256_HEX, LedgerEntry, canonical_json, read_ledger
 from drillbook.processes import append_record
 
 if TYPE_CHECKING:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.evidence import signing
-from drillbook.evidence.bundle import (BUNDLE_NAME, LEDGER, MANIFEST, RESERVED, SIGNATURE, UNSEALED, LedgerEntry,
-                                       parse_ledger, sha256_file)
+from drillbook.evidence.anchor import check_head
+from drillbook.evidence.bundle import MANIFEST, RESERVED, SIGNATURE, UNSEALED, sha256_file
+from drillbook.evidence.ledger import BUNDLE_NAME, LEDGER, LedgerEntry, parse_ledger
 
 COMPLETE = "complete"
 LEDGER_FINDING = "ledger"  # the bundle name of findings about the ledger itself
@@ -253,8 +254,6 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     trusted: fingerprints of the public keys the auditor trusts (None: signatures are checked
     only against the key each bundle carries, which says nothing about who signed it).
     expected_head: a ledger head kept outside the results folder (`drillbook.evidence.anchor`)."""
-    from drillbook.evidence.anchor import check_head
-
     path = Path(path)
     report = VerifyReport(keys_trusted=len(trusted or ()))
     whole = (path / LEDGER).exists() or not (path / MANIFEST).exists() and not (path / UNSEALED).exists()
