@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 
 from drillbook.config import LoadOptions, SandboxConfig
-from drillbook.delivery import StoredSessionsVerifier, audit_delivery
+from drillbook.delivery import audit_delivery
 from drillbook.load import collect, locustfile_for, run_load
 from drillbook.sandbox import launcher
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
+from drillbook.sandbox.verifier import StoredSessionsVerifier
 from drillbook.sandbox.store import Turn
 
 TRIVIAL_SERVER = textwrap.dedent("""
