@@ -69,7 +69,9 @@ def test_ha_runbook_on_kubernetes_passes_and_the_replicaset_replaces_the_pod(k8s
 
 def test_ha_runbook_on_kubernetes_fails_when_the_gateway_does_not_retry(k8s_cluster, k8s_platform, tmp_path):
     platform = k8s_platform(defects=["no-retries"])
-    executed = execute("ha-replica-loss", str(platform.profile), {**HA, "users": "8", "think_time_s": "0.05"},
+    # No think time: turns are in flight to the killed pod whenever the kill lands (with a pause
+    # between turns the kill could, under a loaded machine, fall between two of them).
+    executed = execute("ha-replica-loss", str(platform.profile), {**HA, "users": "10", "think_time_s": "0.0"},
                        results=tmp_path / "results")
     assert executed.verdict == "FAIL", executed.summary
     assert values(executed.bundle)["error_rate_fault"] > 0
