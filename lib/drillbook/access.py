@@ -173,8 +173,10 @@ def _kubernetes_runbooks(profile: LoadedProfile) -> list[Finding]:
                     why.append(found)
                 continue
             for verb, group, resource in KUBERNETES_RIGHTS[action]:
-                why += [refused for namespace in found if not may(verb, group, resource, "", namespace)
-                        and (refused := f"not allowed: {verb} {resource} in {namespace}") not in why]
+                for namespace in found:
+                    refused = f"not allowed: {verb} {resource} in {namespace}"
+                    if refused not in why and not may(verb, group, resource, "", namespace):
+                        why.append(refused)
         findings.append(Finding(runbook, not why, "; ".join(why) if why else "allowed"))
     return findings
 

@@ -95,13 +95,7 @@ def check_head(entries: list[LedgerEntry], head: dict[str, Any], source: str, tr
     count, bundle, digest = head["count"], head["bundle"], head["manifest_sha256"]
     info = head.get("signing")
     if info:
-        try:
-            public_key = signing.public_key_from_b64(info["public_key"])
-            valid = signing.verify(public_key, statement_digest(head), info["signature"]) \
-                and signing.fingerprint(public_key) == info["fingerprint"]
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid:
+        if not isinstance(info, dict) or not signing.signed_by(info, statement_digest(head), info.get("signature")):
             report.add("ledger", "head-signature-invalid", f"the kept head {source} does not verify against its "
                                                            "signature: it was edited")
         elif trusted is not None and info["fingerprint"] not in trusted:

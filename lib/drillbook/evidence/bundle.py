@@ -36,8 +36,7 @@ from drillbook.digest import file_sha256 as sha256_file
 from drillbook.errors import BundleExists, EvidenceError
 from drillbook.evidence import signing
 from drillbook.evidence.anchor import append_witness, head_of
-from drillbook.evidence.ledger import (BUNDLE_NAME, LEDGER, SHA256_HEX, LedgerEntry, canonical_json,  # noqa: F401
-                                       parse_ledger, read_ledger)
+from drillbook.evidence.ledger import LEDGER, LedgerEntry, canonical_json, read_ledger
 from drillbook.evidence.redact import Redactor
 
 FORMAT = "drillbook-evidence/1"

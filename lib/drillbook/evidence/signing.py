@@ -96,6 +96,17 @@ def sign(key: Ed25519PrivateKey, digest_hex: str) -> str:
     return base64.b64encode(key.sign(bytes.fromhex(digest_hex))).decode()
 
 
+def signed_by(info: object, digest_hex: str, signature_b64: object) -> bool:
+    """Whether a recorded signing block ({public_key, fingerprint}) signed digest_hex with
+    signature_b64, the fingerprint matching the key; anything malformed is False."""
+    try:
+        public_key = public_key_from_b64(info["public_key"])  # type: ignore[index]
+        return fingerprint(public_key) == info["fingerprint"] and verify(  # type: ignore[index]
+            public_key, digest_hex, signature_b64)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def verify(public_key: Ed25519PublicKey, digest_hex: str, signature_b64: str) -> bool:
     try:
         public_key.verify(base64.b64decode(signature_b64), bytes.fromhex(digest_hex))

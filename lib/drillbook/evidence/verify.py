@@ -135,12 +135,11 @@ def check_signature(folder: Path, manifest: dict[str, Any], digest: str, trusted
         return
     try:
         signature = json.loads(path.read_text())
-        public_key = signing.public_key_from_b64(info["public_key"])
-        valid = signing.verify(public_key, digest, signature["signature"])
-        consistent = signing.fingerprint(public_key) == info["fingerprint"] == signature.get("fingerprint")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        valid, consistent = False, False
-    if not (valid and consistent):
+        valid = isinstance(signature, dict) and signature.get("fingerprint") == info.get("fingerprint") \
+            and signing.signed_by(info, digest, signature.get("signature"))
+    except (ValueError, AttributeError):  # not JSON, or a signing block that is not a mapping
+        valid = False
+    if not valid:
         report.signatures[folder.name] = "signature invalid"
         report.add(folder.name, "signature-invalid", f"{SIGNATURE} does not verify against the manifest digest")
     elif trusted is None:

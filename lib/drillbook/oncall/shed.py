@@ -33,12 +33,11 @@ class Shedding:
         if not isinstance(target, TenantLimits):
             raise ConfigError(f"target {target.name} offers no tenant limits to lower (the sandbox's gateway "
                               "limits, or tenant namespace quotas on kubernetes)")
-        self.limiter: TenantLimits = target
-        self.target = target
+        self.target: TenantLimits = target
         self.ledger = mitigation_ledger(state_dir)
 
     def limits(self) -> dict[str, dict[str, Any]]:
-        return self.limiter.tenant_limits()
+        return self.target.tenant_limits()
 
     def measure(self, window_s: float) -> dict[str, dict[str, Any]]:
         """Per tenant over window_s: requests, throttled, p95 latency, slot share and queue wait
@@ -53,7 +52,7 @@ class Shedding:
         current = self.limits()
         if tenant not in current:
             raise ConfigError(f"no tenant {tenant!r} on target {self.target.name}; tenants: {', '.join(current)}")
-        new = self.limiter.lowered_limit(current[tenant], rps, burst, quota)
+        new = self.target.lowered_limit(current[tenant], rps, burst, quota)
         plan = f"change tenant {tenant}'s limit from {current[tenant]} to {new} on target {self.target.name}"
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan, "previous": current[tenant]}
@@ -61,7 +60,7 @@ class Shedding:
         mitigation = self.ledger.record(incident or "no-incident", self.target.name, "tenant-limit",
                                         {"op": "limit", "tenant": tenant, "limit": current[tenant]}, tenant=tenant,
                                         limit=new, operator=operator, incident=incident)
-        self.limiter.set_tenant_limit(tenant, new)
+        self.target.set_tenant_limit(tenant, new)
         return {"dry_run": False, "changed": True, "plan": plan, "previous": current[tenant], "mitigation": mitigation.id,
                 "at": time.time(), "undo": f"drillbook run shed-noisy-tenant -p tenant={tenant} -p undo=True "
                                            f"-p dry_run=False -p confirm={self.target.name}"}
@@ -76,7 +75,7 @@ class Shedding:
         if dry_run:
             return {"dry_run": True, "changed": False, "plan": plan}
         require_confirmation(self.target.name, dry_run, confirm)
-        self.limiter.set_tenant_limit(tenant, original)
+        self.target.set_tenant_limit(tenant, original)
         for mitigation in open_ones:
             self.ledger.resolve(mitigation, f"undone: {plan}")
         return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": open_ones[0].id}

@@ -62,7 +62,8 @@ def model_server_metrics(urls: list[str]) -> dict[str, dict[str, float]]:
             continue
         for metric, name in MODEL_METRICS.items():
             for tenant, value in by_tenant(samples, metric).items():
-                totals.setdefault(tenant, {})[name] = totals.get(tenant, {}).get(name, 0.0) + value
+                per_tenant = totals.setdefault(tenant, {})
+                per_tenant[name] = per_tenant.get(name, 0.0) + value
     return totals
 
 
