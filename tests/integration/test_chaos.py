@@ -96,6 +96,54 @@ def test_restore_drill_fails_without_backups_and_the_rollback_leaves_a_working_s
         assert any(e["kind"] == "store_recreated" for e in control.events())
 
 
+def plain_chaos_run(experiment: dict, tmp_path: Path) -> tuple[dict, Path]:
+    """Chaos Toolkit's own `chaos run` on an experiment with drillbook's target configuration."""
+    run_dir = tmp_path / "plain-run"
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(experiment))
+    journal = tmp_path / "journal.json"
+    subprocess.run([sys.executable, "-m", "chaostoolkit", "--no-version-check", "--log-file", str(tmp_path / "chaos.log"),
+                    "run", "--rollback-strategy", "always", "--journal-path", str(journal), str(path)],
+                   capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    return json.loads(journal.read_text()), run_dir
+
+
+def test_plain_chaos_run_judges_the_method_like_drillbook_does(sandbox_factory, tmp_path):
+    """The shipped experiments declare the drillbook control, so Chaos Toolkit's own runner follows
+    the same phases: with no backups the after-hypothesis judges the failed restore, not a fresh
+    look at a healthy (re-created) store."""
+    handle = sandbox_factory(tokens_per_second=0, defects=["no-backups"])
+    experiment = yaml.safe_load((REPOSITORY / "experiments" / "restore-drill.yaml").read_text())
+    experiment["configuration"] = {**experiment["configuration"], "restore_timeout_s": 3.0,
+                                   **sandbox_configuration(handle.state_dir), "drillbook_run_id": "plain",
+                                   "drillbook_run_dir": str(tmp_path / "plain-run")}
+    journal, run_dir = plain_chaos_run(experiment, tmp_path)
+    assert journal["deviated"] is True, journal["status"]
+    measurements = json.loads((run_dir / "measurements.json").read_text())
+    assert measurements["restore"]["healthy"] is False
+    with handle.control() as control:
+        assert control.store()["healthy"] is True  # the rollback left a working store
+
+
+def test_a_judging_probe_fails_after_a_method_that_measured_nothing(sandbox_factory, tmp_path):
+    """An experiment of the user's own (no drillbook control declared: the runner adds it) whose
+    method drives no traffic: the after-hypothesis has no fault window to judge and fails, where
+    a fresh sample of a healthy platform would have passed it."""
+    handle = sandbox_factory(tokens_per_second=0)
+    experiment = yaml.safe_load((REPOSITORY / "experiments" / "ha-replica-loss.yaml").read_text())
+    experiment.pop("controls")
+    experiment["method"] = [{"type": "probe", "name": "replicas-ready-only",
+                             "provider": {"type": "python", "module": "drillbook.chaos.probes",
+                                          "func": "all_replicas_ready", "arguments": {"service": "agent"}}}]
+    path = tmp_path / "own-experiment.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    result = run(str(path), sandbox_configuration(handle.state_dir), tmp_path / "run")
+    assert result.verdict == "FAIL", result.reasons
+    assert any("client-errors-within-budget" in reason for reason in result.reasons)
+    assert "traffic_fault" not in result.measurements
+    assert json.loads((tmp_path / "run" / "traffic-sample.json").read_text())["acknowledged"] > 0  # the before-sample
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_experiment_rolls_back_within_seconds(sandbox_factory, tmp_path, signum):
     handle = sandbox_factory(tokens_per_second=0)

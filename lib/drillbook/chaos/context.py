@@ -1,17 +1,43 @@
-"""What every provider reads from the configuration drillbook's runner injects into an experiment."""
+"""What one experiment run knows while it runs, handed to every provider as a value.
+
+A run's context is made once, when the run starts (by drillbook's runner, or by the drillbook
+control an experiment declares when plain `chaos run` runs it), and every provider of that run
+gets the same object back from its configuration: the target (its profile loaded once), the
+fault ledger, the phase the experiment is in, the client traffic windows being driven, and the
+measurements made so far. Providers run in one process but in several threads (a background
+probe beside an action, a safeguard beside both), so changes are made under one lock.
+
+Nothing is read back from a file. Each measurement is appended to `measurements.jsonl` as it is
+made, so that a run stopped halfway still leaves its figures in the evidence; when the run
+ends, `measurements.json` and one `traffic-<window>.json` per window are written once.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook.chaos.ledger import FaultLedger
-from drillbook.targets import Target
+
+if TYPE_CHECKING:
+    from drillbook.chaos.traffic import TrafficWindow
+    from drillbook.targets import Target
+
+# The phases of an experiment, as the drillbook control sees them (drillbook.chaos.control).
+BEFORE = "before"  # the steady-state hypothesis before the method
+METHOD = "method"
+AFTER = "after"  # the steady-state hypothesis after the method
+ROLLBACKS = "rollbacks"
+MEASUREMENTS = "measurements.json"
+MEASUREMENT_JOURNAL = "measurements.jsonl"
+
+
+class ContextError(RuntimeError):
+    """A provider was called where no drillbook run context can serve it."""
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.1) -> bool:
@@ -25,7 +51,7 @@ def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: fl
         time.sleep(interval_s)
 
 
-def target_of(configuration: dict[str, Any]) -> Target:
+def target_of(configuration: dict[str, Any]) -> "Target":
     """The target named by the configuration drillbook's runner injected (the sandbox by default)."""
     from drillbook.profile import builtin_sandbox, load_profile
     from drillbook.targets import target_for
@@ -36,39 +62,122 @@ def target_of(configuration: dict[str, Any]) -> Target:
     return target_for(profile, Path(state) if state else None)
 
 
-_MEASUREMENTS_LOCK = threading.Lock()
+_OPEN: dict[str, "RunContext"] = {}  # run id -> the context of a run in progress in this process
+_OPEN_LOCK = threading.Lock()
 
 
-@dataclass
+@dataclass(eq=False)
 class RunContext:
+    """One experiment run as its providers see it (see the module's docstring)."""
+
     run_id: str
     run_dir: Path
     ledger: FaultLedger
-    target: Target
+    target: "Target"
+    phase: str | None = None  # None: no drillbook control follows this run's phases
+    measurements: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, "TrafficWindow"] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @classmethod
     def of(cls, configuration: dict[str, Any]) -> "RunContext":
-        return cls(str(configuration.get("drillbook_run_id", "manual")),
-                   Path(configuration.get("drillbook_run_dir", ".")),
+        """The context of the run the configuration names: the open one when it is in progress
+        here, else a new one (for a rollback or a dry run, which judge nothing)."""
+        run_id = str(configuration.get("drillbook_run_id", "manual"))
+        with _OPEN_LOCK:
+            opened = _OPEN.get(run_id)
+        if opened is not None:
+            return opened
+        if "drillbook_ledger" not in configuration:
+            raise ContextError("this experiment's configuration names no drillbook target (drillbook_ledger is "
+                               "missing): run it with `drillbook chaos run`, or give it drillbook's target "
+                               "configuration (drillbook.chaos.runner.target_configuration)")
+        return cls(run_id, Path(configuration.get("drillbook_run_dir", ".")),
                    FaultLedger(Path(configuration["drillbook_ledger"])), target_of(configuration))
 
+    @classmethod
+    def open(cls, configuration: dict[str, Any]) -> "RunContext":
+        """Start following the run the configuration names (see follow())."""
+        return cls.of(configuration).follow()
+
+    def follow(self) -> "RunContext":
+        """Every provider of this run id gets this context (or the one already open) until close()."""
+        with _OPEN_LOCK:
+            context = _OPEN.setdefault(self.run_id, self)
+        with context.lock:
+            if context.phase is None:
+                context.phase = BEFORE
+        context.run_dir.mkdir(parents=True, exist_ok=True)
+        return context
+
+    def enter(self, phase: str) -> None:
+        with self.lock:
+            self.phase = phase
+
+    def judging_after_method(self) -> bool:
+        """True in the hypothesis after the method (judge what the method recorded), False before
+        it (take a fresh sample). A run whose phases nobody follows cannot tell the two apart."""
+        if self.phase is None:
+            raise ContextError("drillbook's judging probes need the drillbook control "
+                               "(controls: - name: drillbook, provider: {type: python, module: "
+                               "drillbook.chaos.control}) so that they know whether the method has run")
+        return self.phase in (AFTER, ROLLBACKS)
+
+    # -- measurements -------------------------------------------------------------------------
     def record_measurement(self, name: str, value: Any) -> None:
-        """Keep one measurement of this run. An experiment's providers run in one process but in
-        several threads (a background probe beside an action), so the read-modify-write is under
-        one lock: no provider's measurement is lost to another's."""
-        path = self.run_dir / "measurements.json"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with _MEASUREMENTS_LOCK:
-            measurements = json.loads(path.read_text()) if path.exists() else {}
-            measurements[name] = value
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps(measurements, indent=2, default=str))
-            os.replace(partial, path)
+        """Keep one measurement of this run (it replaces one of the same name)."""
+        with self.lock:
+            self.measurements[name] = value
+            self._journal(name, value)
+
+    def append_measurement(self, name: str, value: Any) -> list[Any]:
+        """Add one item to a list measurement (a trial, say); returns the list so far."""
+        with self.lock:
+            items = [*self.measurements.get(name, []), value]
+            self.measurements[name] = items
+            self._journal(name, items)
+            return list(items)
+
+    def merge_measurement(self, name: str, key: str, value: Any) -> None:
+        """Set one key of a dict measurement (receipts by phase, say)."""
+        with self.lock:
+            merged = {**self.measurements.get(name, {}), key: value}
+            self.measurements[name] = merged
+            self._journal(name, merged)
 
     def measurement(self, name: str) -> Any:
-        path = self.run_dir / "measurements.json"
-        return json.loads(path.read_text()).get(name) if path.exists() else None
+        with self.lock:
+            return self.measurements.get(name)
 
+    def _journal(self, name: str, value: Any) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / MEASUREMENT_JOURNAL, "a", encoding="utf-8") as journal:
+            journal.write(json.dumps({"t": time.time(), "name": name, "value": value}, default=str) + "\n")
+
+    # -- traffic windows ----------------------------------------------------------------------
+    def publish_window(self, window: "TrafficWindow") -> None:
+        """A window being driven: safeguards and judging probes read it as it fills."""
+        with self.lock:
+            self.windows[window.name] = window
+
+    def window(self, name: str) -> "TrafficWindow | None":
+        with self.lock:
+            return self.windows.get(name)
+
+    # -- the end ------------------------------------------------------------------------------
+    def close(self) -> dict[str, Any]:
+        """Stop following the run; write its measurements and windows once; return the measurements."""
+        with _OPEN_LOCK:
+            if _OPEN.get(self.run_id) is self:
+                del _OPEN[self.run_id]
+        with self.lock:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / MEASUREMENTS).write_text(json.dumps(self.measurements, indent=2, default=str))
+            for window in self.windows.values():
+                (self.run_dir / f"traffic-{window.name}.json").write_text(json.dumps(asdict(window), default=str))
+            return dict(self.measurements)
+
+    # -- the target, as providers use it ------------------------------------------------------
     def verifier(self) -> Any:
         """The delivery verifier for this target, or None when its sessions cannot be read back."""
         from drillbook.delivery import verifier_for

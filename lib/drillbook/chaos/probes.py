@@ -1,8 +1,10 @@
 """Chaos Toolkit probes that drillbook's experiments name: readiness, client traffic through the
 fault, and the judgements the steady-state hypotheses make on what was measured.
 
-Judging probes work on "the most recent window": before the method there is none, so they
-take a short fresh sample; after the method they judge what the method's traffic recorded.
+A judging probe runs twice, in the hypothesis before the method and in the one after it, and
+the run's context says which (drillbook.chaos.control follows the phases): before, it takes a
+short fresh sample (or the baseline); after, it judges what the method recorded, and what the
+method did not record fails.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import httpx
 
 from drillbook.chaos.context import RunContext, wait_until
-from drillbook.chaos.traffic import drive, first_token_latency, load_window, save_window
+from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery, close_verifier
 from drillbook.measure import restore_figures
 
@@ -42,30 +44,31 @@ def client_traffic(window: str = "fault", sessions: int = 8, duration_s: float =
     run = RunContext.of(configuration or {})
     gateway, name, key = run.tenant_key(tenant)
     result = drive(gateway, name, key, window, sessions=sessions, duration_s=duration_s, max_tokens=max_tokens,
-                   think_s=think_s, run_dir=run.run_dir, api=run.target.api)
+                   think_s=think_s, publish=run.publish_window, api=run.target.api)
     return result.summary()
 
 
 def traffic_within_budget(max_error_rate: float = 0.0, window: str = "fault", sample_sessions: int = 4,
                           sample_s: float = 1.0, configuration: dict[str, Any] | None = None) -> bool:
-    """The most recent client traffic window's error rate is within budget (and it acknowledged turns)."""
+    """Before the method: a short fresh sample of client traffic is within budget. After: the
+    method's window is (and it acknowledged turns); a method that drove no such window fails."""
     run = RunContext.of(configuration or {})
-    recorded = load_window(run.run_dir, window)
-    if recorded is None or recorded.judged:
+    if run.judging_after_method():
+        recorded = run.window(window)
+        if recorded is None:
+            return False
+        run.record_measurement(f"traffic_{window}", recorded.summary())
+    else:
         gateway, name, key = run.tenant_key(None)
         recorded = drive(gateway, name, key, "sample", sessions=sample_sessions, duration_s=sample_s,
-                         api=run.target.api)
-    else:
-        recorded.judged = True
-        save_window(run.run_dir, recorded)
-        run.record_measurement(f"traffic_{window}", recorded.summary())
+                         publish=run.publish_window, api=run.target.api)
     return recorded.acknowledged > 0 and recorded.error_rate <= max_error_rate
 
 
 def traffic_error_rate_below(limit: float, window: str = "fault", configuration: dict[str, Any] | None = None) -> bool:
     """Safeguard: False as soon as the live window's error rate passes the limit (after 10 requests)."""
     run = RunContext.of(configuration or {})
-    live = load_window(run.run_dir, window)
+    live = run.window(window)
     if live is None or live.acknowledged + live.failed < 10:
         return True
     return live.error_rate <= limit
@@ -75,20 +78,23 @@ def victim_p95_ratio_within(max_ratio: float, victim_tenant: str, sessions: int 
                             configuration: dict[str, Any] | None = None) -> bool:
     """The victim's p95 during the aggressor window over its own baseline p95 is within max_ratio.
 
-    Before the method: measures the baseline (victim alone) and passes. After: judges the
-    "victim" window the method recorded against that baseline.
+    Before the method: measures the baseline (victim alone) and passes when it was served. After:
+    judges the "victim" window the method recorded against that baseline (a method stopped
+    before its victim traffic is measured now, with the aggressor still in place).
     """
     run = RunContext.of(configuration or {})
     gateway, name, key = run.tenant_key(victim_tenant)
-    baseline = load_window(run.run_dir, "baseline")
-    if baseline is None:
-        baseline = drive(gateway, name, key, "baseline", sessions=sessions, duration_s=baseline_s, run_dir=run.run_dir,
-                         api=run.target.api)
+    if not run.judging_after_method():
+        baseline = drive(gateway, name, key, "baseline", sessions=sessions, duration_s=baseline_s,
+                         publish=run.publish_window, api=run.target.api)
         return baseline.acknowledged > 0 and baseline.error_rate == 0
-    during = load_window(run.run_dir, "victim")
+    baseline = run.window("baseline")
+    if baseline is None:
+        return False
+    during = run.window("victim")
     if during is None:
-        during = drive(gateway, name, key, "victim", sessions=sessions, duration_s=baseline_s, run_dir=run.run_dir,
-                       api=run.target.api)
+        during = drive(gateway, name, key, "victim", sessions=sessions, duration_s=baseline_s,
+                       publish=run.publish_window, api=run.target.api)
     ratio = during.percentile_ms(0.95) / baseline.percentile_ms(0.95)
     run.record_measurement("isolation", {"victim_p95_ratio": ratio, "baseline": baseline.summary(),
                                          "during": during.summary(), "victim_error_rate": during.error_rate})
@@ -102,20 +108,17 @@ def first_request_from_zero(idle_s: float = 1.0, tenant: str | None = None,
     time.sleep(idle_s)
     gateway, name, key = run.tenant_key(tenant)
     trial = first_token_latency(gateway, key, tenant=name, api=run.target.api)
-    trials = run.measurement("cold_start") or []
-    trials.append(trial)
-    run.record_measurement("cold_start", trials)
+    run.append_measurement("cold_start", trial)
     return trial
 
 
 def cold_start_within(max_s: float, tenant: str | None = None, configuration: dict[str, Any] | None = None) -> bool:
-    """The most recent first-request latency (from zero, or a warm sample before the method) is within max_s."""
+    """Before the method: a warm first request is within max_s. After: every first request from
+    zero the method measured is (a method that measured none fails)."""
     run = RunContext.of(configuration or {})
-    trials = run.measurement("cold_start")
-    judged = run.measurement("cold_start_judged") or 0
-    if trials and len(trials) > judged:
-        run.record_measurement("cold_start_judged", len(trials))
-        return all(t["first_token_s"] <= max_s for t in trials[judged:])
+    if run.judging_after_method():
+        trials = run.measurement("cold_start") or []
+        return bool(trials) and all(t["first_token_s"] <= max_s for t in trials)
     gateway, _, key = run.tenant_key(tenant)
     return first_token_latency(gateway, key, api=run.target.api)["first_token_s"] <= max_s
 
@@ -125,7 +128,6 @@ def write_sessions(phase: str, sessions: int = 3, turns: int = 3, tenant: str | 
     """Write sessions and keep the receipts of their acknowledged turns under the phase's name."""
     run = RunContext.of(configuration or {})
     gateway, name, key = run.tenant_key(tenant)
-    receipts = run.measurement("receipts") or {}
     written = []
     api = run.target.api
     with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=30.0) as http:
@@ -139,8 +141,7 @@ def write_sessions(phase: str, sessions: int = 3, turns: int = 3, tenant: str | 
                 written.append({"session_id": session_id, "tenant": name, "seq": ack[api.ack_seq_field],
                                 "hash": ack[api.ack_digest_field], "idempotency_key": idempotency_key,
                                 "acked_at": time.time()})
-    receipts[phase] = written
-    run.record_measurement("receipts", receipts)
+    run.merge_measurement("receipts", phase, written)
     return len(written)
 
 
@@ -195,11 +196,13 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
 
 def store_recovered(max_rto_s: float, max_rpo_s: float, configuration: dict[str, Any] | None = None) -> bool:
     """Before the method: the store is healthy. After: RTO and RPO (the data-loss window, in
-    seconds) within target, integrity 100%."""
+    seconds) within target, integrity 100% (a method that verified no restore fails)."""
     run = RunContext.of(configuration or {})
+    if not run.judging_after_method():
+        return run.target.store_healthy()
     measured = run.measurement("restore")
     if measured is None:
-        return run.target.store_healthy()
+        return False
     return (bool(measured.get("healthy")) and measured.get("rto_s") is not None
             and measured.get("rpo_s") is not None and measured["rto_s"] <= max_rto_s
             and measured["rpo_s"] <= max_rpo_s and measured.get("integrity") == 1.0)

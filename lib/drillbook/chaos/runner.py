@@ -6,6 +6,9 @@
   rollbacks still put the target back. Whatever a run left open in the fault ledger is undone
   afterwards as well, so no fault outlives the run; `drillbook rollback` covers a killed runner.
 - Every activity's start and end goes into the run's timeline.
+- The run's context (target, ledger, phase, traffic windows, measurements) is opened once and
+  handed to every provider as a value; the drillbook control follows the phases
+  (drillbook.chaos.context, drillbook.chaos.control).
 - The verdict comes from the journal (hypotheses before, during and after, activity statuses,
   process exit codes, rollbacks), never from an exit code.
 """
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from drillbook import project
+from drillbook.chaos import control as drill_control
 from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
 from drillbook.config import validation_line
@@ -218,12 +222,18 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     run_dir.mkdir(parents=True, exist_ok=True)
     configuration = {**parameters, **target_configuration, "drillbook_run_id": run_id,
                      "drillbook_run_dir": str(run_dir)}
-    context = RunContext.of(configuration)  # resolves the target; the allow-list refuses here
+    context = RunContext.open(configuration)  # resolves the target once; the allow-list refuses here
     experiment = copy.deepcopy(experiment)
     experiment["configuration"] = configuration
+    if not drill_control.declared_in(experiment):  # an experiment of the user's own: its phases are followed too
+        experiment["controls"] = [drill_control.DECLARATION, *experiment.get("controls", [])]
     if safeguards:
         experiment["controls"] = [*experiment.get("controls", []), safeguard_control(safeguards)]
-    ensure_experiment_is_valid(experiment)
+    try:
+        ensure_experiment_is_valid(experiment)
+    except BaseException:
+        context.close()
+        raise
     timeline: list[dict[str, Any]] = [{"t": time.time(), "kind": "experiment_started", "experiment": path.stem,
                                        "run_id": run_id}]
     fallback: list[str] = []
@@ -239,12 +249,11 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
         for fault, how in undo_open_faults(context, run_id):
             fallback.append(f"{fault.kind}: {how}")
             timeline.append({"t": time.time(), "kind": "fallback_rollback", "fault": fault.kind, "how": how})
+        measurements = context.close()  # the control closed it already unless the run was cut short
     verdict, reasons = verdict_of(journal)
     if fallback:
         reasons.append("faults left open after the rollbacks were undone: " + "; ".join(fallback))
     timeline.append({"t": time.time(), "kind": "experiment_finished", "verdict": verdict})
-    measurements_path = run_dir / "measurements.json"
-    measurements = json.loads(measurements_path.read_text()) if measurements_path.exists() else {}
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
     (run_dir / "timeline.json").write_text(json.dumps(timeline, indent=2, default=str))
     noted = next((e for e in timeline if e["kind"] == "signal_received"), None)

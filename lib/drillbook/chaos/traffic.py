@@ -1,22 +1,21 @@
 """Client traffic that chaos probes drive through a gateway while a fault is in place.
 
 Concurrent sessions run turns (idempotency keys, retried once on failure as a client would) for
-a bounded time and number of turns; every request's latency and outcome is kept. Windows are
-written to the run folder as JSON so that later probes, safeguards and the runner can judge
-them. This is deliberately small: sustained load belongs to Locust (drillbook.load).
+a bounded time and number of turns; every request's latency and outcome is kept. A window is
+handed to whoever publishes it (the run's context) when it starts, so that safeguards watch it
+fill and later probes judge it; the run writes it to its folder once, at the end. This is
+deliberately small: sustained load belongs to Locust (drillbook.load).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import httpx
 
@@ -40,7 +39,6 @@ class TrafficWindow:
     failed: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
-    judged: bool = False
 
     @property
     def error_rate(self) -> float:
@@ -56,25 +54,6 @@ class TrafficWindow:
                 "started": self.started, "ended": self.ended}
 
 
-def window_path(run_dir: Path, name: str) -> Path:
-    return Path(run_dir) / f"traffic-{name}.json"
-
-
-def save_window(run_dir: Path, window: TrafficWindow) -> None:
-    path = window_path(run_dir, window.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(window)))
-    os.replace(partial, path)
-
-
-def load_window(run_dir: Path, name: str) -> TrafficWindow | None:
-    path = window_path(run_dir, name)
-    if not path.exists():
-        return None
-    return TrafficWindow(**json.loads(path.read_text()))
-
-
 def open_session(http: httpx.Client, api: AgentApi) -> httpx.Response:
     return http.post(api.open_session)
 
@@ -88,9 +67,12 @@ def session_id_of(response: httpx.Response, api: AgentApi) -> str | None:
 
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
           max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
-          run_dir: Path | None = None, api: AgentApi = REFERENCE_API) -> TrafficWindow:
-    """Run `sessions` concurrent sessions for at most duration_s and max_turns each."""
+          publish: Callable[[TrafficWindow], None] | None = None, api: AgentApi = REFERENCE_API) -> TrafficWindow:
+    """Run `sessions` concurrent sessions for at most duration_s and max_turns each; publish gets
+    the window as it starts filling."""
     window = TrafficWindow(name, tenant, started=time.time())
+    if publish is not None:
+        publish(window)
     lock = threading.Lock()
     stop_at = time.monotonic() + duration_s
 
@@ -102,8 +84,6 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
             else:
                 window.failed += 1
                 window.errors[error] = window.errors.get(error, 0) + 1
-            if run_dir is not None and (window.acknowledged + window.failed) % 10 == 0:
-                save_window(run_dir, window)
 
     def one_session() -> None:
         with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=30.0) as http:
@@ -137,8 +117,6 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
     for thread in threads:
         thread.join(duration_s + 60)
     window.ended = time.time()
-    if run_dir is not None:
-        save_window(run_dir, window)
     return window
 
 
