@@ -71,7 +71,8 @@ def test_the_platform_has_a_pdb_gpu_quota_and_a_network_policy_per_tenant():
 
 
 def test_the_runner_is_least_privilege_and_namespace_scoped():
-    from drillbook.access import KUBERNETES_RIGHTS, declared_needs
+    from drillbook.access import declared_needs
+    from drillbook.targets.kubernetes import KUBERNETES_RIGHTS
 
     assert not by_kind("ClusterRole") and not by_kind("ClusterRoleBinding")
     runner = {r["metadata"]["namespace"]: r for r in by_kind("Role") if r["metadata"]["name"] == "drillbook-runner"}

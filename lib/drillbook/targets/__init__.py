@@ -19,11 +19,21 @@ from typing import Any, Protocol
 from drillbook.profile import AgentApi, LoadedProfile
 
 
+STORE = "store"  # where a scenario acts on the state store (backup, restore, destroy: the store commands)
+OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
+Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillbook.scenarios.Scenario.needs)
+
+
 class Target(Protocol):
     name: str
     kind: str
     api: AgentApi
     profile: LoadedProfile
+    granted: str  # what `target check` says of a runbook this target lets drillbook run
+
+    def refusals(self, needs: Needs) -> list[str]:
+        """Why this target cannot do what a runbook needs, one reason each; empty when it can.
+        Read-only: a target asks only what it would have to do (rights, commands, status)."""
 
     def has(self, role: str) -> bool: ...
 

@@ -8,17 +8,64 @@ line) and a scale command ({replicas}). See docs/commands-target.md.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+from pathlib import Path
 from typing import Any
 
 from drillbook.errors import ConfigError, TargetUnreachable
 from drillbook.profile import RoleCommands
+from drillbook.targets import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
 
 
+def command_found(line: str, folder: Path) -> str | None:
+    """None when the command's program exists, else why not."""
+    program = shlex.split(line)[0]
+    if "/" in program:
+        path = (folder / program) if not Path(program).is_absolute() else Path(program)
+        return None if path.exists() else f"{program} does not exist"
+    return None if shutil.which(program) else f"{program} is not on PATH"
+
+
 class CommandsTarget(ProfileTarget):
     kind = "commands"
+    granted = "commands found"
+
+    def _line(self, where: str, action: str) -> str | None:
+        if where == STORE:
+            return getattr(self.profile.spec.workload.store, action, None)
+        spec = self.profile.role(where)
+        return getattr(spec.commands, action, None) if spec is not None else None
+
+    def refusals(self, needs: Needs) -> list[str]:
+        """A command for every action, its program found; the agent's status answering."""
+        why = []
+        for where, action in needs:
+            if action == "pods" or where in OPTIONAL_TIERS and self.profile.role(where) is None:
+                continue  # metrics a commands target does not offer leave their figures empty
+            if action == "limit":
+                why.append("a commands target offers no tenant limits")
+                continue
+            line = self._line(where, action)
+            if not line:
+                why.append(f"no {where} {action} command")
+            elif (problem := command_found(line, self.profile.folder)) is not None:
+                why.append(f"{where} {action}: {problem}")
+        if any(where == "agent" for where, _ in needs) and self._line("agent", "status"):
+            if self._status_problem is None:
+                try:
+                    self.ready("agent")
+                    self._status_problem = ""
+                except Exception as error:  # noqa: BLE001 - reported, not raised: this is a check
+                    self._status_problem = f"agent status: {error}"
+            if self._status_problem:
+                why.append(self._status_problem)
+        return why
+
+    _status_problem: str | None = None  # asked once per target check
 
     def has(self, role: str) -> bool:
         spec = self.profile.role(role)

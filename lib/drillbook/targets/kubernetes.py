@@ -13,6 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import LoadedProfile
+from drillbook.targets import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.targets.store import ProfileTarget
 
@@ -62,8 +63,23 @@ def pod_events(pod: Any, role: str) -> list[dict[str, Any]]:
              "replica": pod.metadata.name} for kind, value in times.items() if value]
 
 
+# The rights each action a scenario declares (drillbook.scenarios, `needs`) takes on Kubernetes:
+# (verb, group, resource), asked in the namespace of the tier it acts on (the profile's unless the
+# tier names one), or of every tenant for "tenants". These are the calls drillbook and
+# chaostoolkit-kubernetes make: pods listed for readiness and deleted by terminate_pods,
+# Deployments read for their desired count and patched by scale_deployment, quotas replaced by a shed.
+KUBERNETES_RIGHTS: dict[str, list[tuple[str, str, str]]] = {
+    "status": [("get", "apps", "deployments"), ("list", "", "pods")],
+    "kill": [("list", "", "pods"), ("delete", "", "pods")],
+    "scale": [("get", "apps", "deployments"), ("patch", "apps", "deployments"), ("list", "", "pods")],
+    "pods": [("list", "", "pods")],
+    "limit": [("get", "", "resourcequotas"), ("update", "", "resourcequotas")],
+}
+
+
 class KubernetesTarget(ProfileTarget):
     kind = "kubernetes"
+    granted = "allowed"
 
     def __init__(self, profile: LoadedProfile) -> None:
         spec = profile.spec.kubernetes
@@ -77,6 +93,7 @@ class KubernetesTarget(ProfileTarget):
         super().__init__(profile)
         self.context, self.namespace = spec.context, spec.namespace
         self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
+        self._reviews: dict[tuple[str, str, str, str], bool] = {}
         # Import the client libraries now, in the caller's thread: importing them from two threads
         # at once (a readiness watch beside a chaos action) trips over requests' circular imports.
         import chaosk8s.deployment.actions  # noqa: F401
@@ -85,6 +102,49 @@ class KubernetesTarget(ProfileTarget):
 
     def has(self, role: str) -> bool:
         return self.profile.role(role) is not None
+
+    def may(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+        """The API server's answer (SelfSubjectAccessReview) for the runner's own credentials."""
+        from kubernetes import client
+
+        key = (verb, group, resource, namespace)
+        if key not in self._reviews:
+            review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(verb=verb, group=group, resource=resource,
+                                                                namespace=namespace)))
+            answer = client.AuthorizationV1Api(self._client()).create_self_subject_access_review(review)
+            self._reviews[key] = bool(answer.status.allowed)
+        return self._reviews[key]
+
+    def _namespaces(self, where: str) -> list[str] | str:
+        """Where a need applies, or why the runbook cannot run for lack of it."""
+        if where == "tenants":
+            named = [ref.namespace for ref in self.profile.spec.tenants.values() if ref.namespace]
+            return named or "no tenant names its namespace (tenants.<name>.namespace)"
+        if where in OPTIONAL_TIERS and self.profile.role(where) is None:
+            return []
+        return [self.namespace_of(where)]
+
+    def refusals(self, needs: Needs) -> list[str]:
+        """Every right each action takes, asked in the namespaces where it acts; the store's commands."""
+        why: list[str] = []
+        for where, action in needs:
+            if where == STORE:
+                reason = "no workload.store commands"
+                if self.profile.spec.workload.store is None and reason not in why:
+                    why.append(reason)
+                continue
+            found = self._namespaces(where)
+            if isinstance(found, str):
+                if found not in why:
+                    why.append(found)
+                continue
+            for verb, group, resource in KUBERNETES_RIGHTS[action]:
+                for namespace in found:
+                    refused = f"not allowed: {verb} {resource} in {namespace}"
+                    if refused not in why and not self.may(verb, group, resource, namespace):
+                        why.append(refused)
+        return why
 
     def deployment(self, role: str) -> str:
         spec = self.profile.role(role)

@@ -24,6 +24,11 @@ class SandboxTarget:
         self.api = self.profile.spec.api
         self.handle = launcher.require(Path(state_dir))
 
+    granted = "the reference platform"
+
+    def refusals(self, needs: Any) -> list[str]:
+        return []  # the reference platform offers everything a declared scenario needs
+
     def service(self, role: str) -> str:
         spec = self.profile.spec.workload.agent if role == "agent" else \
             self.profile.spec.workload.inference if role == "inference" else None
