@@ -18,7 +18,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 import httpx
 
@@ -138,10 +139,23 @@ def verifier_for(profile: "LoadedProfile", gateway_url: str, tenant_keys: dict[s
     return factory(gateway_url, tenant_keys, profile)
 
 
-def close_verifier(verifier: Verifier | None) -> None:
-    close = getattr(verifier, "close", None)
-    if callable(close):
-        close()
+@runtime_checkable
+class Closing(Protocol):
+    """A verifier holding connections (an HTTP client, a database) that it lets go of on close()."""
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def open_verifier(profile: "LoadedProfile", gateway_url: str, tenant_keys: dict[str, str]) -> Iterator[Verifier | None]:
+    """The profile's verifier for the length of a with block (None when it declares none), closed
+    after it where it offers close() (the contract makes close optional)."""
+    verifier = verifier_for(profile, gateway_url, tenant_keys)
+    try:
+        yield verifier
+    finally:
+        if isinstance(verifier, Closing):
+            verifier.close()
 
 
 @dataclass

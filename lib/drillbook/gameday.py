@@ -123,23 +123,23 @@ class TargetLock:
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[str, str, Path], None] | None = None, target: str | None = None) -> GameDayResult:
-    from drillbook.config import SandboxConfig
     from drillbook.execute import execute
-    from drillbook.sandbox import launcher
     from drillbook.shutdown import SHUTDOWN, Interrupted
+    from drillbook.targets import owned_platform
 
     plan = load_plan(plan_file, target)
     profile = load_profile(plan.target)
-    if profile.kind == "sandbox":
-        sandbox_state = profile.state_dir(sandbox_state)
+    platform = owned_platform(profile, sandbox_state)  # None: someone else runs the target
+    if platform is not None:
+        sandbox_state = platform.state_dir
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
     with TargetLock(sandbox_state.parent, profile.name):
-        handle = launcher.find(sandbox_state) if profile.kind == "sandbox" else None
-        started_here = profile.kind == "sandbox" and handle is None
+        started_here = platform is not None and not platform.running()
         try:
             if started_here:
-                handle = launcher.start(SandboxConfig(), sandbox_state)
+                assert platform is not None
+                platform.start()
             for index, planned in enumerate(plan.runbooks, start=1):
                 if on_start:
                     on_start(index, len(plan.runbooks), planned.runbook)
@@ -158,8 +158,9 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
             stopped = stop
         finally:
             with SHUTDOWN.shielded():
-                if started_here and launcher.find(sandbox_state) is not None:
-                    launcher.stop(sandbox_state, handle=handle)
+                if started_here:
+                    assert platform is not None
+                    platform.stop()
         with SHUTDOWN.shielded():
             summary_bundle = _seal_summary(plan, profile.name, runs, results, stopped)
     if stopped is not None:

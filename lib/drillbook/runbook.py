@@ -92,14 +92,11 @@ class Run:
 
     def audit_delivery(self, receipts: list[Any]) -> Any:
         """The delivery audit with the profile's verifier (not verifiable when it names none)."""
-        from drillbook.delivery import audit_delivery, close_verifier, verifier_for
+        from drillbook.delivery import audit_delivery, open_verifier
 
         gateway, keys = self.gateway()
-        verifier = verifier_for(self.profile, gateway, keys)
-        try:
+        with open_verifier(self.profile, gateway, keys) as verifier:
             report = audit_delivery(receipts, verifier)
-        finally:
-            close_verifier(verifier)
         if not report.verifiable:
             self.record("delivery_verifiable", False)
         return report

@@ -179,11 +179,12 @@ class RunContext:
 
     # -- the target, as providers use it ------------------------------------------------------
     def verifier(self) -> Any:
-        """The delivery verifier for this target, or None when its sessions cannot be read back."""
-        from drillbook.delivery import verifier_for
+        """The delivery verifier for this target in a with block (None when its sessions cannot
+        be read back)."""
+        from drillbook.delivery import open_verifier
 
         gateway, keys = self.target.gateway()
-        return verifier_for(self.target.profile, gateway, keys)
+        return open_verifier(self.target.profile, gateway, keys)
 
     def tenant_key(self, tenant: str | None) -> tuple[str, str, str]:
         gateway, keys = self.target.gateway()

@@ -17,7 +17,7 @@ import httpx
 
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.traffic import drive, first_token_latency
-from drillbook.delivery import Receipt, audit_delivery, close_verifier
+from drillbook.delivery import Receipt, audit_delivery
 from drillbook.measure import restore_figures
 
 __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
@@ -157,16 +157,13 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
     backup = run.measurement("backup") or {}
     receipts = {phase: [Receipt(**r) for r in rows] for phase, rows in (run.measurement("receipts") or {}).items()}
     deadline = time.monotonic() + timeout_s
-    verifier = run.verifier()
-    result: dict[str, Any] = {"healthy": False, "verifiable": verifier is not None}
-    if verifier is None:  # healthy is all that can be said: RPO and integrity stay unmeasured
-        if wait_until(run.target.store_healthy, timeout_s, 0.2):
-            result.update(healthy=True, rto_s=time.time() - disaster if disaster else None, rpo_turns=None,
-                          rpo_s=None, integrity=None, backup_created=bool(backup.get("created")))
-        run.record_measurement("restore", result)
-        return result
-    try:
-        while time.monotonic() < deadline:
+    with run.verifier() as verifier:
+        result: dict[str, Any] = {"healthy": False, "verifiable": verifier is not None}
+        if verifier is None:  # healthy is all that can be said: RPO and integrity stay unmeasured
+            if wait_until(run.target.store_healthy, timeout_s, 0.2):
+                result.update(healthy=True, rto_s=time.time() - disaster if disaster else None, rpo_turns=None,
+                              rpo_s=None, integrity=None, backup_created=bool(backup.get("created")))
+        while verifier is not None and time.monotonic() < deadline:
             try:
                 before = audit_delivery(receipts.get("before-backup", []), verifier)
                 healthy = run.target.store_healthy() and before.lost == 0
@@ -188,8 +185,6 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
                           "backup_created": bool(backup.get("created"))}
                 break
             time.sleep(0.2)
-    finally:
-        close_verifier(verifier)
     run.record_measurement("restore", result)
     return result
 

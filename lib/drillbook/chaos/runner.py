@@ -272,14 +272,9 @@ def rollback_all(target_configuration: dict[str, Any]) -> list[str]:
 
 def target_configuration(profile: "LoadedProfile", state_dir: Path | None = None) -> dict[str, Any]:
     """What the runner injects into an experiment so that providers find the target and its ledger."""
-    from drillbook.config import state_dir as default_state_dir
+    from drillbook.targets import run_paths
 
-    if profile.kind == "sandbox":
-        state = profile.state_dir(state_dir)
-        ledger = state / "faults.jsonl"
-    else:
-        state = default_state_dir(state_dir)
-        ledger = state.parent / "ledgers" / f"{profile.name}.jsonl"
+    state, ledger = run_paths(profile, state_dir)
     return {"drillbook_target": profile.kind, "drillbook_profile": str(profile.path) if profile.path.is_file() else "",
             "drillbook_state_dir": str(state), "drillbook_ledger": str(ledger)}
 

@@ -41,7 +41,7 @@ def load_command(
 ) -> None:
     """Run a bounded Locust load against a target, then audit delivery of every acknowledged turn."""
     from drillbook.config import LoadOptions
-    from drillbook.delivery import audit_delivery, close_verifier, verifier_for
+    from drillbook.delivery import audit_delivery, open_verifier
     from drillbook.errors import DeliveryError
     from drillbook.load import api_env, locustfile_for, profile_env, run_load
     from drillbook.processes import ProcessLedger
@@ -69,11 +69,8 @@ def load_command(
         except Interrupted as stop:  # Locust and its children are gone by now (LoadRun.wait)
             stop.outcome.append(f"load stopped; its files are in {out}")
             raise
-    verifier = verifier_for(workload.profile, gateway, keys)
-    try:
+    with open_verifier(workload.profile, gateway, keys) as verifier:
         delivery = audit_delivery(result.receipts, verifier)
-    finally:
-        close_verifier(verifier)
     table = Table(title=f"load {locustfile.stem}: {result.total_requests} requests, "
                         f"{result.total_failures} failed, {result.wall_s:.1f}s")
     for column in ("request", "requests", "failures", "p50 ms", "p95 ms", "p99 ms"):

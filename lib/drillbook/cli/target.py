@@ -44,8 +44,7 @@ def check(
     from drillbook.profile import load_profile
 
     loaded = load_profile(profile)
-    if loaded.kind != "sandbox":
-        loaded.tenant_keys()  # a missing key variable is bad input: one line, exit 2
+    loaded.tenant_keys()  # a missing key variable is bad input: one line, exit 2
     directory = loaded.state_dir(state)
     report = check_target(loaded, directory)
     table = Table(title=f"target {report.profile} ({report.kind})")

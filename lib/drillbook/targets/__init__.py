@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from drillbook.profile import AgentApi, LoadedProfile
-
-
-STORE = "store"  # where a scenario acts on the state store (backup, restore, destroy: the store commands)
-OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
-Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillbook.scenarios.Scenario.needs)
+from drillbook.targets.capabilities import Needs
 
 
 class Target(Protocol):
@@ -80,6 +76,40 @@ def target_for(profile: LoadedProfile, state_dir: Path | None = None) -> Target:
     from drillbook.targets.commands import CommandsTarget
 
     return CommandsTarget(profile)
+
+
+def run_paths(profile: LoadedProfile, state_dir: Path | None = None) -> tuple[Path, Path]:
+    """Where runs on this target keep their state and their fault ledger: a sandbox's own folder,
+    with its ledger in it; for other kinds the default state folder, one ledger per profile."""
+    if profile.kind == "sandbox":
+        state = profile.state_dir(state_dir)
+        return state, state / "faults.jsonl"
+    from drillbook.config import state_dir as default_state_dir
+
+    state = default_state_dir(state_dir)
+    return state, state.parent / "ledgers" / f"{profile.name}.jsonl"
+
+
+class OwnedPlatform(Protocol):
+    """A platform drillbook itself can start and stop (the sandbox), for a game day that finds it down."""
+
+    state_dir: Path
+
+    def running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None:
+        """Stop what start() started (nothing when it was not started here)."""
+
+
+def owned_platform(profile: LoadedProfile, state_dir: Path | None = None) -> OwnedPlatform | None:
+    """The platform behind the profile when drillbook runs it itself; None when someone else does."""
+    if profile.kind != "sandbox":
+        return None
+    from drillbook.targets.sandbox import SandboxPlatform
+
+    return SandboxPlatform(profile.state_dir(state_dir))
 
 
 def check_reachable(url: str, timeout: float = 3.0) -> None:

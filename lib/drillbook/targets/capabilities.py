@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+STORE = "store"  # where a scenario acts on the state store (backup, restore, destroy: the store commands)
+OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
+Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillbook.scenarios.Scenario.needs)
+
 
 @runtime_checkable
 class TenantMetrics(Protocol):

@@ -15,7 +15,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError, TargetUnreachable
 from drillbook.profile import RoleCommands
-from drillbook.targets import OPTIONAL_TIERS, STORE, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0

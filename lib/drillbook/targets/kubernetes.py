@@ -13,7 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import LoadedProfile
-from drillbook.targets import OPTIONAL_TIERS, STORE, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.targets.store import ProfileTarget
 

@@ -11,6 +11,32 @@ from drillbook.targets.platform import diagnose, model_server_metrics
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
 
+class SandboxPlatform:
+    """The reference platform as a game day starts it when it finds none running, and stops it after."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.handle: Any = None
+
+    def running(self) -> bool:
+        from drillbook.sandbox import launcher
+
+        return launcher.find(self.state_dir) is not None
+
+    def start(self) -> None:
+        from drillbook.config import SandboxConfig
+        from drillbook.sandbox import launcher
+
+        self.handle = launcher.start(SandboxConfig(), self.state_dir)
+
+    def stop(self) -> None:
+        from drillbook.sandbox import launcher
+
+        if self.handle is not None and launcher.find(self.state_dir) is not None:
+            launcher.stop(self.state_dir, handle=self.handle)
+        self.handle = None
+
+
 class SandboxTarget:
     """The sandbox's services by role (agent, inference) or by their own names (aggressor)."""
 
