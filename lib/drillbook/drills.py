@@ -11,6 +11,7 @@ from typing import Any
 from drillbook.measure import PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
+from drillbook.scenarios.ha_replica_loss import HOLD_S
 
 
 def _first(events: list[dict[str, Any]], kind: str, role: str, after: float) -> float | None:
@@ -184,7 +185,7 @@ def _recovery_missing(fault_at: float | None, ready_at: float | None, after_kill
 
 def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
                     max_error_rate: float, max_recovery_s: float, max_p95_ms: float, think_time_s: float = 0.2,
-                    tolerance: float = 2.0, hold_s: float = 2.0) -> dict[str, Any]:
+                    tolerance: float = 2.0, hold_s: float = HOLD_S) -> dict[str, Any]:
     """Agent sessions under Locust load; kill replicas mid-session; recovery, errors, p95 and delivery."""
     import time
 

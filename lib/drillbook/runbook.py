@@ -205,6 +205,22 @@ class Run:
         return summary
 
 
+def drill(runbook: str, target: str = "sandbox", work_dir: str = "", state_dir: str = "", **values: Any) -> Run:
+    """Begin a run of a declared scenario and run its drill: the control, the parameter limits
+    and the drill function all come from its declaration (drillbook.scenarios). The notebook
+    passes its parameters cell by name; the validated values are kept in the run's timeline."""
+    from drillbook.scenarios import scenario
+
+    declared = scenario(runbook)
+    if declared is None or declared.drill is None:
+        raise ValueError(f"{runbook} is not a declared drill; a runbook of your own calls Run.begin and its own steps")
+    parameters = declared.validate(values).model_dump()
+    run = Run.begin(runbook, declared.control, target, parameters, work_dir, state_dir)
+    run.event("parameters", **parameters)
+    declared.drill_function()(run, **parameters)
+    return run
+
+
 def recorded(notebook_path: Path) -> dict[str, Any]:
     """Read back what an executed notebook recorded: values, checks and the verdict."""
     import nbformat

@@ -3,6 +3,7 @@ notebooks' parameters cells must say exactly what the declarations say."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import nbformat
@@ -29,9 +30,27 @@ def test_the_notebook_parameters_cell_equals_the_declaration(name):
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_the_notebook_files_its_evidence_under_the_declared_control(name):
     source = "\n".join(c.source for c in nbformat.read(str(runbook_path(name)), as_version=4).cells)
-    begun = re.search(r'Run\.begin\("([^"]+)", "([^"]+)"', source)
-    assert begun and begun.groups() == (name, REGISTRY[name].control)
-    assert control_of(name) == REGISTRY[name].control
+    declared = REGISTRY[name]
+    if declared.drill is not None:  # the control comes from the declaration itself (runbook.drill)
+        called = re.search(r'runbook\.drill\("([^"]+)", target, drillbook_work_dir, drillbook_state_dir,(.*?)\)',
+                           source, re.S)
+        assert called and called.group(1) == name
+        passed = dict(re.findall(r"(\w+)=(\w+)", called.group(2)))
+        assert passed == {field: field for field in declared.parameters.model_fields}, "every parameter, by name"
+    else:
+        begun = re.search(r'Run\.begin\("([^"]+)", "([^"]+)"', source)
+        assert begun and begun.groups() == (name, declared.control)
+    assert control_of(name) == declared.control
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in REGISTRY.items() if s.drill))
+def test_the_declared_drill_takes_every_parameter_by_name(name):
+    declared = REGISTRY[name]
+    signature = inspect.signature(declared.drill_function())
+    taken = list(signature.parameters)[1:]  # after the run
+    assert set(declared.parameters.model_fields) <= set(taken)
+    extra = [n for n in taken if n not in declared.parameters.model_fields]
+    assert all(signature.parameters[n].default is not inspect.Parameter.empty for n in extra), extra
 
 
 def test_an_undeclared_runbook_has_the_unknown_control():

@@ -70,7 +70,8 @@ def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> s
 
 
 SCENARIO = register(Scenario(
-    name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters, experiment="ha-replica-loss",
+    name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters,
+    drill="drillbook.drills:ha_replica_loss", experiment="ha-replica-loss",
     experiment_parameters=HaReplicaLossExperiment,
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
     target_check=_enough_replicas, advice=_room_to_recover, needs=(("agent", "status"), ("agent", "kill")),

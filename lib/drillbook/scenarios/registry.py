@@ -34,7 +34,7 @@ class Figure:
 @dataclass(frozen=True)
 class Scenario:
     """What one runbook is: its name, its control (with the report's title and figures for it),
-    its parameters, its experiment."""
+    its parameters, its experiment, its drill."""
 
     name: str
     control: str
@@ -52,6 +52,18 @@ class Scenario:
     # restore, destroy or limit. `drillbook target check` turns each into the rights or commands a
     # target kind needs for it (drillbook.access).
     needs: tuple[tuple[str, str], ...] = ()
+    # The function that runs it ("module:function", imported only when it runs): called with the
+    # run and the validated parameters by name (drillbook.runbook.drill). None for on-call runbooks,
+    # whose notebooks walk their own steps.
+    drill: str | None = None
+
+    def drill_function(self) -> Callable[..., Any]:
+        from importlib import import_module
+
+        if self.drill is None:
+            raise ConfigError(f"{self.name} declares no drill")
+        module, _, function = self.drill.partition(":")
+        return getattr(import_module(module), function)
 
     def validate(self, values: dict[str, Any]) -> BaseModel:
         """values (already of the right types) against the declared limits; one ConfigError line."""
