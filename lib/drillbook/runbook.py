@@ -60,7 +60,8 @@ class Run:
         self.experiment_problems: list[str] = []
         self._workload: Target | None = None
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
-        self.event("run_started", runbook=runbook, target=self.target, target_kind=profile.kind)
+        self.event("run_started", runbook=runbook, target=self.target, target_kind=profile.kind,
+                   parameters=self.parameters)
 
     @classmethod
     def begin(cls, runbook: str, control: str, target: str = "sandbox", parameters: dict[str, Any] | None = None,
@@ -168,7 +169,8 @@ class Run:
         run_dir = self.work_dir / "chaos" / f"{self.chaos_runs:02d}-{experiment}"
         self.event("experiment_started", experiment=experiment, variables=variables)
         try:
-            result = run_experiment(experiment, self.target_configuration(), run_dir, variables)
+            result = run_experiment(experiment, self.target_configuration(), run_dir, variables,
+                                    target=self.workload())
         except KeyboardInterrupt:  # its rollbacks ran; keep what it did in the run's timeline
             written = run_dir / "timeline.json"
             self._add_experiment_events(experiment, json.loads(written.read_text()) if written.exists() else [])
@@ -208,7 +210,8 @@ class Run:
 def drill(runbook: str, target: str = "sandbox", work_dir: str = "", state_dir: str = "", **values: Any) -> Run:
     """Begin a run of a declared scenario and run its drill: the control, the parameter limits
     and the drill function all come from its declaration (drillbook.scenarios). The notebook
-    passes its parameters cell by name; the validated values are kept in the run's timeline."""
+    passes its parameters cell by name; the validated values are kept in the run's timeline
+    (run_started)."""
     from drillbook.scenarios import scenario
 
     declared = scenario(runbook)
@@ -216,7 +219,6 @@ def drill(runbook: str, target: str = "sandbox", work_dir: str = "", state_dir: 
         raise ValueError(f"{runbook} is not a declared drill; a runbook of your own calls Run.begin and its own steps")
     parameters = declared.validate(values).model_dump()
     run = Run.begin(runbook, declared.control, target, parameters, work_dir, state_dir)
-    run.event("parameters", **parameters)
     declared.drill_function()(run, **parameters)
     return run
 

@@ -96,9 +96,14 @@ class RunContext:
                    FaultLedger(Path(configuration["drillbook_ledger"])), target_of(configuration))
 
     @classmethod
-    def open(cls, configuration: dict[str, Any]) -> "RunContext":
-        """Start following the run the configuration names (see follow())."""
-        return cls.of(configuration).follow()
+    def open(cls, configuration: dict[str, Any], target: "Target | None" = None) -> "RunContext":
+        """Start following the run the configuration names (see follow()); a caller that holds the
+        target already (a runbook's run) hands it over, so its profile is not read again."""
+        if target is None:
+            return cls.of(configuration).follow()
+        return cls(str(configuration.get("drillbook_run_id", "manual")),
+                   Path(configuration.get("drillbook_run_dir", ".")),
+                   FaultLedger(Path(configuration["drillbook_ledger"])), target).follow()
 
     def follow(self) -> "RunContext":
         """Every provider of this run id gets this context (or the one already open) until close()."""

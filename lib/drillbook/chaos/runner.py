@@ -39,6 +39,7 @@ from drillbook.shutdown import SHUTDOWN, Interrupted
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
+    from drillbook.targets import Target
 
 ROLLBACKS_ALWAYS = {"runtime": {"rollbacks": {"strategy": "always"}}}
 # chaoslib narrates every step at INFO and WARNING; drillbook keeps its own timeline instead.
@@ -205,11 +206,12 @@ def safeguard_control(probes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, variables: dict[str, Any] | None = None,
-        safeguards: list[dict[str, Any]] | None = None) -> ChaosResult:
+        safeguards: list[dict[str, Any]] | None = None, target: "Target | None" = None) -> ChaosResult:
     """Validate, then run the experiment; rollbacks always run and leftover faults are undone.
 
     safeguards: extra probe definitions (with ``frequency`` and ``tolerance``) that abort the
     fault when they fail, for example the victim's error rate passing a limit.
+    target: the target the configuration names, when the caller has built it already.
     """
     from chaoslib.experiment import ensure_experiment_is_valid, run_experiment
 
@@ -222,7 +224,7 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     run_dir.mkdir(parents=True, exist_ok=True)
     configuration = {**parameters, **target_configuration, "drillbook_run_id": run_id,
                      "drillbook_run_dir": str(run_dir)}
-    context = RunContext.open(configuration)  # resolves the target once; the allow-list refuses here
+    context = RunContext.open(configuration, target)  # the target once; the allow-list refuses here
     experiment = copy.deepcopy(experiment)
     experiment["configuration"] = configuration
     if not drill_control.declared_in(experiment):  # an experiment of the user's own: its phases are followed too
