@@ -211,6 +211,23 @@ def usable_folder(path: Path, what: str) -> Path:
     return resolved
 
 
+def output_file(path: Path, what: str) -> Path:
+    """path made absolute, or one ConfigError line when a file cannot be written there (a folder
+    in its place, a parent that is a file); asked before any work is done."""
+    try:
+        resolved = path.expanduser().resolve()
+    except (RuntimeError, OSError) as error:
+        raise ConfigError(f"{what} {path} cannot be used: {error}") from None
+    if resolved.is_dir():
+        raise ConfigError(f"{what} {path} is a folder, not a file")
+    parent = next((p for p in resolved.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ConfigError(f"{what} {path} cannot be written: {parent} is a file")
+    if parent is not None and not os.access(parent, os.W_OK):
+        raise ConfigError(f"{what} {path} cannot be written: {parent} is not writable")
+    return resolved
+
+
 def results_dir(explicit: Path | None = None) -> Path:
     """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project
     folder (the current folder unless $DRILLBOOK_HOME names another)."""

@@ -165,6 +165,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
             summary_bundle = _seal_summary(plan, profile.name, runs, results, stopped)
     if stopped is not None:
         stopped.outcome = [*stopped.outcome, f"game-day summary sealed as {summary_bundle}"]
+        stopped.bundle = summary_bundle  # the game day's own evidence: it names every run and what did not run
         if started_here:
             stopped.outcome.append("sandbox stopped")
         raise stopped

@@ -169,17 +169,25 @@ def report_command(
     public_key: list[Path] = typer.Option([], "--public-key", help=PUBLIC_KEY_HELP),
     since: Optional[str] = typer.Option(None, "--since", help="The period starts here (ISO date or time, UTC)."),
     until: Optional[str] = typer.Option(None, "--until", help="The period ends here (ISO date or time, UTC)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the period's runs as JUnit XML here: "
+                                                               "one test case per SLO check."),
 ) -> None:
     """Write the auditor's HTML report: every run of the period under its control.
 
     Whatever its verdict, each run counts; the page shows the score, trends with thresholds,
     verification findings and each bundle's digest."""
-    from drillbook.evidence.report import write_report
+    from drillbook.config import output_file
+    from drillbook.evidence.report import write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
     target = _folder(path)
-    written = write_report(target, output, _trusted_keys(public_key), start, end)
+    output = output_file(output, "--output")
+    junit = output_file(junit, "--junit") if junit is not None else None
+    trusted = _trusted_keys(public_key)
+    written = write_report(target, output, trusted, start, end)
     console.print(f"report written to {written}")
+    if junit is not None:
+        console.print(f"JUnit XML written to {write_junit(target, junit, trusted, start, end)}")
 
 
 @app.command("list")

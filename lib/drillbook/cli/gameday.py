@@ -18,20 +18,31 @@ def gameday_command(
     results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundles."),
     target: Optional[str] = typer.Option(None, "--target", help="Target profile instead of the plan's own."),
     state: Optional[Path] = StateDirOption,
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write this game day's runs as JUnit XML here "
+                                                               "(also when it is interrupted)."),
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
-    from drillbook.config import results_dir
+    from drillbook.config import output_file, results_dir
     from drillbook.gameday import load_plan, plan_path, run_gameday
+    from drillbook.shutdown import Interrupted
 
     path = plan_path(plan)
     checked = load_plan(path, target)  # the whole plan is checked before anything runs
+    junit = output_file(junit, "--junit") if junit is not None else None
     err_console.print(f"[dim]…[/] game day {checked.name} ({path}) on {checked.target}; "
                       f"evidence in {results_dir(results)}", soft_wrap=True)
-    result = run_gameday(
-        path, state_dir(state), results, target=target,
-        on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
-        on_done=lambda name, verdict, bundle: err_console.print(
-            f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
+    try:
+        result = run_gameday(
+            path, state_dir(state), results, target=target,
+            on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
+            on_done=lambda name, verdict, bundle: err_console.print(
+                f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
+    except Interrupted as stop:
+        if junit is not None and stop.bundle is not None:
+            stop.outcome.append(f"JUnit XML written to {_write_junit(stop.bundle, junit)}")
+        raise
+    if junit is not None:
+        err_console.print(f"[dim]…[/] JUnit XML written to {_write_junit(result.summary_bundle, junit)}")
     table = Table(title=f"game day {result.plan.name} on {result.plan.target}")
     table.add_column("runbook")
     table.add_column("verdict")
@@ -45,3 +56,12 @@ def gameday_command(
                   soft_wrap=True)
     if not result.passed:
         raise typer.Exit(1)
+
+
+def _write_junit(summary_bundle: Path, output: Path) -> Path:
+    """The game day's runs (and the runbooks it never ran) as JUnit XML."""
+    from drillbook.evidence import junit
+    from drillbook.evidence.verify import verify_path
+
+    failed = verify_path(summary_bundle.parent).failed_bundles()
+    return junit.write(junit.gameday_suites(summary_bundle, failed), output, name=f"drillbook {summary_bundle.name}")

@@ -239,11 +239,16 @@ def signatures_line(verification: VerifyReport, trusted: set[str] | None) -> str
     return line + "."
 
 
+def period_rows(results_dir: Path, trusted: set[str] | None, period: "Period") -> tuple[list[BundleRow], VerifyReport]:
+    """The bundles of the period, and the verification of the whole results folder."""
+    rows = [r for r in list_bundles(results_dir) if period.holds(r)]
+    return rows, verify_path(results_dir, trusted)
+
+
 def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
                   until: datetime | None = None) -> str:
     period = Period(since, until)
-    rows = [r for r in list_bundles(results_dir) if period.holds(r)]
-    verification: VerifyReport = verify_path(results_dir, trusted)
+    rows, verification = period_rows(results_dir, trusted, period)
     failed = verification.failed_bundles()
     sections = build_sections(rows, failed)
     scored = {s.control.control for s in sections}
@@ -267,3 +272,12 @@ def write_report(results_dir: Path, output: Path, trusted: set[str] | None = Non
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_report(results_dir, trusted, since, until), encoding="utf-8")
     return output
+
+
+def write_junit(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
+                until: datetime | None = None) -> Path:
+    """The period's runs as JUnit XML (drillbook.evidence.junit): one suite per run."""
+    from drillbook.evidence import junit
+
+    rows, verification = period_rows(results_dir, trusted, Period(since, until))
+    return junit.write(junit.report_suites(rows, verification.failed_bundles()), output)
