@@ -127,8 +127,11 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import owned_platform
 
+    from drillbook.parameters import check_prometheus
+
     plan = load_plan(plan_file, target)
     profile = load_profile(plan.target)
+    check_prometheus(profile, [planned.runbook for planned in plan.runbooks])  # before a sandbox is started
     platform = owned_platform(profile, sandbox_state)  # None: someone else runs the target
     if platform is not None:
         sandbox_state = platform.state_dir

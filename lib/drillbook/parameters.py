@@ -118,10 +118,21 @@ def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedP
 
 
 def check_against_target(runbook: str, parameters: dict[str, Any], target: "Target") -> None:
-    """The limits that depend on the target (kill no more replicas than it runs), before anything runs."""
+    """The limits that depend on the target (kill no more replicas than it runs), and the
+    Prometheus its PromQL SLOs ask, before anything runs."""
     declaration = scenario(runbook)
     if declaration is not None:
         declaration.check_target(parameters, target)
+    check_prometheus(target.profile, [runbook])
+
+
+def check_prometheus(profile: "LoadedProfile", runbooks: list[str]) -> None:
+    """Refuse (one line, exit 2) when the runbooks have PromQL SLOs and their Prometheus is not ready."""
+    from drillbook import promql
+
+    spec = profile.spec.prometheus
+    if spec is not None and any(spec.slos_for(runbook) for runbook in runbooks):
+        promql.ready(spec.url)
 
 
 def check_oncall(runbook: str, target_name: str, parameters: dict[str, Any]) -> dict[str, Any]:

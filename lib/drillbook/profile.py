@@ -184,6 +184,29 @@ class KubernetesSpec(StrictModel):
         return self
 
 
+class PromQlSlo(StrictModel):
+    """An SLO stated as PromQL: asked of the profile's Prometheus when a runbook finishes (or by an
+    experiment's promql_within probe); one number, or the check fails saying why."""
+
+    name: str = Field(min_length=1)
+    query: str = Field(min_length=1, description="PromQL giving one number; $__range is the run's length (e.g. 42s)")
+    comparison: Literal["<=", "<", ">=", ">", "=="] = "<="
+    threshold: float
+    unit: str = ""
+    runbooks: list[str] = Field(default_factory=list, description="the runbooks it judges (default: every one)")
+
+
+class PrometheusSpec(StrictModel):
+    url: str = Field(pattern=r"^https?://", description="the Prometheus server's base URL (HTTP API)")
+    timeout_s: float = Field(10.0, gt=0, le=300)
+    settle_s: float = Field(0.0, ge=0, le=300, description="seconds to wait before asking, so the last scrape "
+                                                             "covers the end of the run")
+    slos: list[PromQlSlo] = Field(default_factory=list)
+
+    def slos_for(self, runbook: str) -> list[PromQlSlo]:
+        return [slo for slo in self.slos if not slo.runbooks or runbook in slo.runbooks]
+
+
 class SandboxSpec(StrictModel):
     state_dir: str | None = Field(None, description="the sandbox's state folder (default: DRILLBOOK_STATE_DIR)")
 
@@ -199,6 +222,7 @@ class TargetProfile(StrictModel):
     api: AgentApi = Field(default_factory=AgentApi)
     delivery: Delivery = Field(default_factory=Delivery)
     load: Load = Field(default_factory=Load)
+    prometheus: PrometheusSpec | None = None
     slos: dict[str, dict[str, float | int | bool | str]] = Field(
         default_factory=dict, description="per runbook: parameter = threshold, over the notebook's defaults")
 

@@ -59,6 +59,7 @@ class Run:
         self.chaos_runs = 0
         self.experiment_problems: list[str] = []
         self._workload: Target | None = None
+        self.started_at = time.time()
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
         self.event("run_started", runbook=runbook, target=self.target, target_kind=profile.kind,
                    parameters=self.parameters)
@@ -196,9 +197,28 @@ class Run:
         pyplot().close(figure)  # a kernel runs many drills; figures are kept only as files
         return path
 
+    def promql_checks(self) -> None:
+        """The profile's PromQL SLOs for this runbook (drillbook.promql), asked now over the run's
+        length; each answer (query as sent, value, time, or why there is none) is kept as a record."""
+        from drillbook import promql
+
+        spec = self.profile.spec.prometheus
+        slos = spec.slos_for(self.runbook) if spec is not None else []
+        if spec is None or not slos:
+            return
+        if spec.settle_s:
+            time.sleep(spec.settle_s)
+        now = time.time()
+        for slo in slos:
+            answer = promql.instant(spec.url, promql.render(slo.query, now - self.started_at), now, spec.timeout_s)
+            self.record(f"promql {slo.name}", answer.record())
+            self.check(slo.name, answer.value, slo.comparison, slo.threshold, slo.unit,
+                       missing=f"{answer.note} (PromQL {answer.query})")
+
     def finish(self, reason: str = "") -> RunSummary:
-        """Judge all checks into a verdict (ERROR when an experiment errored or was aborted and no
-        check failed on a measured value) and write summary.json."""
+        """Ask the profile's PromQL SLOs, judge all checks into a verdict (ERROR when an experiment
+        errored or was aborted and no check failed on a measured value) and write summary.json."""
+        self.promql_checks()
         summary = RunSummary.judge(self.runbook, self.control, self.metrics, self.checks, reason=reason,
                                    errors=self.experiment_problems)
         self.event("run_finished", verdict=summary.verdict)

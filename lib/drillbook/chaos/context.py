@@ -78,6 +78,7 @@ class RunContext:
     measurements: dict[str, Any] = field(default_factory=dict)
     windows: dict[str, "TrafficWindow"] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    started_at: float = field(default_factory=time.time)
 
     @classmethod
     def of(cls, configuration: dict[str, Any]) -> "RunContext":

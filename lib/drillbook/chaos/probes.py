@@ -18,11 +18,12 @@ import httpx
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery
+from drillbook.evidence.summary import SloCheck
 from drillbook.measure import restore_figures
 
 __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
            "traffic_error_rate_below", "victim_p95_ratio_within", "first_request_from_zero", "cold_start_within",
-           "write_sessions", "verify_restore", "store_recovered"]
+           "write_sessions", "verify_restore", "store_recovered", "promql_within"]
 
 
 def all_replicas_ready(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
@@ -201,3 +202,21 @@ def store_recovered(max_rto_s: float, max_rpo_s: float, configuration: dict[str,
     return (bool(measured.get("healthy")) and measured.get("rto_s") is not None
             and measured.get("rpo_s") is not None and measured["rto_s"] <= max_rto_s
             and measured["rpo_s"] <= max_rpo_s and measured.get("integrity") == 1.0)
+
+
+def promql_within(query: str, threshold: float, comparison: str = "<=",
+                  configuration: dict[str, Any] | None = None) -> bool:
+    """An SLO stated as PromQL, asked of the target profile's Prometheus (prometheus.url) now, with
+    $__range the time since the experiment started. Each answer (the query as sent, the value and
+    when, or why there is none) is kept in the run's measurements under "promql"; no number fails."""
+    from drillbook import promql
+    from drillbook.errors import ConfigError
+
+    run = RunContext.of(configuration or {})
+    spec = run.target.profile.spec.prometheus
+    if spec is None:
+        raise ConfigError(f"promql_within needs a prometheus section in target profile {run.target.name}")
+    answer = promql.instant(spec.url, promql.render(query, time.time() - run.started_at), timeout_s=spec.timeout_s)
+    run.append_measurement("promql", {**answer.record(), "phase": run.phase, "comparison": comparison,
+                                      "threshold": threshold})
+    return SloCheck(name=query, comparison=comparison, threshold=threshold, value=answer.value).passed  # type: ignore[arg-type]

@@ -171,6 +171,9 @@ def report_command(
     until: Optional[str] = typer.Option(None, "--until", help="The period ends here (ISO date or time, UTC)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the period's runs as JUnit XML here: "
                                                                "one test case per SLO check."),
+    metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Also write verdicts and figures as "
+                                                "Prometheus metrics (textfile collector format)."),
+    pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Also push them to this Pushgateway URL."),
 ) -> None:
     """Write the auditor's HTML report: every run of the period under its control.
 
@@ -188,6 +191,18 @@ def report_command(
     console.print(f"report written to {written}")
     if junit is not None:
         console.print(f"JUnit XML written to {write_junit(target, junit, trusted, start, end)}")
+    if metrics_file is not None or pushgateway:
+        from drillbook.evidence.metrics import VerdictMetrics
+        from drillbook.evidence.report import Period, period_rows
+
+        rows, verification = period_rows(target, trusted, Period(start, end))
+        metrics = VerdictMetrics()
+        metrics.add_runs(rows, verification.failed_bundles())
+        if metrics_file is not None:
+            console.print(f"metrics written to {metrics.write(metrics_file)}")
+        if pushgateway:
+            metrics.push(pushgateway, {"source": "report"})
+            console.print(f"metrics pushed to {pushgateway}")
 
 
 @app.command("list")

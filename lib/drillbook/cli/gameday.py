@@ -20,6 +20,9 @@ def gameday_command(
     state: Optional[Path] = StateDirOption,
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write this game day's runs as JUnit XML here "
                                                                "(also when it is interrupted)."),
+    metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the game day's verdicts and "
+                                                "figures as Prometheus metrics (textfile collector format)."),
+    pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push them to this Pushgateway URL."),
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
     from drillbook.config import output_file, results_dir
@@ -29,6 +32,11 @@ def gameday_command(
     path = plan_path(plan)
     checked = load_plan(path, target)  # the whole plan is checked before anything runs
     junit = output_file(junit, "--junit") if junit is not None else None
+    metrics_file = output_file(metrics_file, "--metrics-file") if metrics_file is not None else None
+    if pushgateway:
+        from drillbook.evidence.metrics import pushgateway_ready
+
+        pushgateway_ready(pushgateway)  # refused before anything runs
     err_console.print(f"[dim]…[/] game day {checked.name} ({path}) on {checked.target}; "
                       f"evidence in {results_dir(results)}", soft_wrap=True)
     try:
@@ -40,9 +48,13 @@ def gameday_command(
     except Interrupted as stop:
         if junit is not None and stop.bundle is not None:
             stop.outcome.append(f"JUnit XML written to {_write_junit(stop.bundle, junit)}")
+        if stop.bundle is not None and (metrics_file is not None or pushgateway):
+            stop.outcome.append(_publish(stop.bundle, metrics_file, pushgateway))
         raise
     if junit is not None:
         err_console.print(f"[dim]…[/] JUnit XML written to {_write_junit(result.summary_bundle, junit)}")
+    if metrics_file is not None or pushgateway:
+        err_console.print(f"[dim]…[/] {_publish(result.summary_bundle, metrics_file, pushgateway)}")
     table = Table(title=f"game day {result.plan.name} on {result.plan.target}")
     table.add_column("runbook")
     table.add_column("verdict")
@@ -56,6 +68,27 @@ def gameday_command(
                   soft_wrap=True)
     if not result.passed:
         raise typer.Exit(1)
+
+
+def _publish(summary_bundle: Path, metrics_file: Path | None, pushgateway: str | None) -> str:
+    """The game day's verdicts and figures as Prometheus metrics: written, pushed, or both."""
+    from drillbook.evidence.catalog import read_row
+    from drillbook.evidence.metrics import VerdictMetrics
+    from drillbook.evidence.verify import verify_path
+
+    summary = read_row(summary_bundle)
+    runs = [read_row(summary_bundle.parent / str(run["bundle"]))
+            for run in (summary.summary.metrics.get("runs", []) if summary.summary else [])]
+    metrics = VerdictMetrics()
+    metrics.add_runs(runs, verify_path(summary_bundle.parent).failed_bundles())
+    metrics.add_gameday(summary)
+    done = []
+    if metrics_file is not None:
+        done.append(f"metrics written to {metrics.write(metrics_file)}")
+    if pushgateway:
+        metrics.push(pushgateway, {"plan": summary.runbook.removeprefix("gameday-"), "target": summary.target})
+        done.append(f"metrics pushed to {pushgateway}")
+    return "; ".join(done)
 
 
 def _write_junit(summary_bundle: Path, output: Path) -> Path:

@@ -188,7 +188,7 @@ def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: t
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def build_sections(rows: list[BundleRow], failed: set[str]) -> list[ControlSection]:
+def build_sections(rows: list[BundleRow], failed: set[str], charts: bool = True) -> list[ControlSection]:
     moments = [m for m in (moment_of(r) for r in rows) if m is not None]
     span = (min(moments), max(moments)) if moments else None
     sections = []
@@ -209,7 +209,7 @@ def build_sections(rows: list[BundleRow], failed: set[str]) -> list[ControlSecti
                     section.figures.append(FigureCell(spec.label, _format(source.summary.metrics[spec.metric],
                                                                           spec.unit), source,
                                                       shown_verdict(source, failed)))
-            if span is not None:
+            if span is not None and charts:
                 section.charts = [(spec.label, trend_chart(spec, runs, failed, span))
                                   for spec in control.figures if spec.check]
         sections.append(section)
