@@ -185,7 +185,8 @@ class LoadOptions(StrictModel):
     spawn_rate: Annotated[float, Field(gt=0)] = 10.0
     run_time_s: Annotated[float, Field(gt=0, le=86_400)] = 30.0
     stop_timeout_s: Annotated[float, Field(ge=0, le=600)] = 5.0
-    processes: Annotated[int, Field(ge=1, le=64)] = 1
+    workers: Annotated[int, Field(ge=0, le=64)] = Field(0, description="Locust workers under a master (0: one "
+                                                               "process runs the users itself)")
     env: dict[str, str] = Field(default_factory=dict, description="extra DRILLBOOK_* settings for the locustfile")
 
     @field_validator("host")

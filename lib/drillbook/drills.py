@@ -185,14 +185,14 @@ def _recovery_missing(fault_at: float | None, ready_at: float | None, after_kill
 
 def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
                     max_error_rate: float, max_recovery_s: float, max_p95_ms: float, think_time_s: float = 0.2,
-                    tolerance: float = 2.0, hold_s: float = HOLD_S) -> dict[str, Any]:
+                    load_workers: int = 0, tolerance: float = 2.0, hold_s: float = HOLD_S) -> dict[str, Any]:
     """Agent sessions under Locust load; kill replicas mid-session; recovery, errors, p95 and delivery."""
     import time
 
     from drillbook.measure import percentile, recovery_time
 
     load = run.start_load("agent-sessions", users=users, duration_s=duration_s,
-                          settings={"think-time": str(think_time_s)})
+                          settings={"think-time": str(think_time_s)}, workers=load_workers)
     flowing = load.wait_until_flowing()
     run.event("load_flowing", flowing=flowing)
     time.sleep(kill_after_s)  # the baseline, measured from when requests actually flow

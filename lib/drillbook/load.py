@@ -3,6 +3,11 @@
 Locust is never imported here (it monkey-patches with gevent); it runs as
 ``python -m locust`` in its own process group, and a run that outlives its bound (run time +
 stop timeout + a start-up margin) is killed with all its children and reported as overran.
+With workers, Locust's own master/worker mode runs: a headless master bound to 127.0.0.1 that
+waits for its workers, and that many ``--worker`` processes in the master's process group (on one
+machine here; on a cluster, worker pods point at the master). Every worker writes its own
+receipts and request log into the run's folder, and they are merged: the delivery audit covers
+the turns of all of them.
 Totals come from Locust's JSON (exact); per-second and per-phase latency percentiles come from
 the request log the drillbook locustfiles write (float milliseconds), and whole-run percentiles
 per request name from Locust's own response-time histogram.
@@ -32,6 +37,7 @@ from drillbook.processes import ProcessLedger, die_with_parent
 from drillbook.profile import AgentApi, format_tenant_keys
 
 STARTUP_MARGIN_S = 30.0
+WORKERS_MAX_WAIT_S = 30  # how long a master waits for its workers to connect before giving up
 REQUEST_LOG_COLUMNS = ["t", "name", "ms", "ok", "error"]
 
 
@@ -228,15 +234,31 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         return
 
 
-def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path) -> list[str]:
+def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path, master_port: int | None = None) -> list[str]:
+    """The Locust that runs the test: alone, or as the master of options.workers workers."""
     argv = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", options.host,
             "-u", str(options.users), "-r", str(options.spawn_rate), "-t", f"{options.run_time_s:g}s",
             "--stop-timeout", f"{options.stop_timeout_s:g}", "--csv", str(out_dir / "locust"),
             "--csv-full-history", "--json-file", str(out_dir / "locust"), "--only-summary",
             "--logfile", str(out_dir / "locust.log"), "--exit-code-on-error", "1"]
-    if options.processes > 1:
-        argv += ["--processes", str(options.processes)]
+    if options.workers:
+        assert master_port is not None
+        argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+                 "--expect-workers", str(options.workers), "--expect-workers-max-wait", str(WORKERS_MAX_WAIT_S)]
     return argv
+
+
+def worker_command(locustfile: Path, out_dir: Path, master_port: int, index: int) -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1",
+            "--master-port", str(master_port), "--logfile", str(out_dir / f"locust-worker-{index}.log")]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class LoadRun:
@@ -254,12 +276,24 @@ class LoadRun:
                "DRILLBOOK_TENANT_KEYS": format_tenant_keys(tenant_keys),
                "DRILLBOOK_LOAD_OUT": str(out_dir)}
         self.options, self.out_dir = options, out_dir
-        self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S
+        self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S + \
+            (WORKERS_MAX_WAIT_S if options.workers else 0)
         self.started = time.time()
+        port = _free_port() if options.workers else None
+        # Its own process group (a terminal's Ctrl-C reaches drillbook, which stops it gently);
+        # the workers join that group, so that stopping the group stops them all.
         with open(out_dir / "locust.stdout.log", "wb") as console:
-            self.process = subprocess.Popen(locust_command(options, locustfile, out_dir), env=env,
+            self.process = subprocess.Popen(locust_command(options, locustfile, out_dir, port), env=env,
                                             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+                                            process_group=0, preexec_fn=die_with_parent(signal.SIGTERM))
+        self.workers: list[subprocess.Popen[bytes]] = []
+        for index in range(options.workers):
+            assert port is not None
+            with open(out_dir / f"locust-worker-{index}.stdout.log", "wb") as console:
+                self.workers.append(subprocess.Popen(worker_command(locustfile, out_dir, port, index), env=env,
+                                                     stdin=subprocess.DEVNULL, stdout=console,
+                                                     stderr=subprocess.STDOUT, process_group=self.process.pid,
+                                                     preexec_fn=die_with_parent(signal.SIGTERM)))
         self.ledger = ledger
         self.entry = ledger.started("locust", self.process.pid, str(out_dir)) if ledger else None
 
@@ -300,6 +334,10 @@ class LoadRun:
                     progress(time.time() - self.started, self.options.run_time_s)
                 time.sleep(0.1)
         finally:
+            if not overran:  # workers quit when their master does, after writing their last receipts
+                deadline = time.time() + self.options.stop_timeout_s + 10
+                while any(worker.poll() is None for worker in self.workers) and time.time() < deadline:
+                    time.sleep(0.1)
             _kill_group(self.process)  # always: nothing Locust started outlives the run
             self._forget("finished")
         wall = time.time() - self.started

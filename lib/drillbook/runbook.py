@@ -111,8 +111,10 @@ class Run:
         workload = self.workload()
         return workload.tenant_metrics() if isinstance(workload, TenantMetrics) else {}
 
-    def start_load(self, profile: str, users: int, duration_s: float, settings: dict[str, str] | None = None) -> Any:
-        """Start Locust (a subprocess, never imported here); its files go under load/.
+    def start_load(self, profile: str, users: int, duration_s: float, settings: dict[str, str] | None = None,
+                   workers: int = 0) -> Any:
+        """Start Locust (a subprocess, never imported here; with workers, a master and that many
+        workers); its files go under load/.
 
         The target profile's own locustfile, when it names one, replaces the load profile.
         """
@@ -122,11 +124,11 @@ class Run:
         gateway, keys = self.gateway()
         locustfile = self.profile.locustfile() or locustfile_for(profile)
         options = LoadOptions(host=gateway, users=users, spawn_rate=max(users, 1) * 5, run_time_s=duration_s,
-                              stop_timeout_s=5, env={**profile_env(settings or {}, duration_s),
+                              stop_timeout_s=5, workers=workers, env={**profile_env(settings or {}, duration_s),
                                                      **api_env(self.profile.spec.api)})
         from drillbook.processes import ProcessLedger
 
-        self.event("load_started", profile=locustfile.stem, users=users, duration_s=duration_s)
+        self.event("load_started", profile=locustfile.stem, users=users, duration_s=duration_s, workers=workers)
         return start_load(options, locustfile, keys, self.work_dir / "load", ProcessLedger(self.state_dir / PROCESSES))
 
     def target_events(self, since: float = 0.0) -> list[dict[str, Any]]:

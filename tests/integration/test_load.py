@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from drillbook.config import LoadOptions
 from drillbook.delivery import audit_delivery
 from drillbook.load import LoadRunOverran, locustfile_for, profile_env, run_load, start_load
+from drillbook.processes import start_ticks
 from drillbook.sandbox.launcher import _alive
 from drillbook.sandbox.verifier import ReferenceVerifier
 
@@ -53,6 +55,45 @@ def test_a_short_run_has_consistent_totals_and_delivers_everything(sandbox, tmp_
     names = {p.name for p in result.files}
     assert {"locust.json", "locust_stats_history.csv"} <= names
     assert any(n.startswith("receipts-") for n in names) and any(n.startswith("requests-") for n in names)
+
+
+def test_workers_under_a_master_are_merged_and_all_audited(sandbox, tmp_path):
+    options = LoadOptions(host=sandbox.gateway_url, users=6, spawn_rate=50, run_time_s=4, stop_timeout_s=5, workers=2,
+                          env={"DRILLBOOK_THINK_TIME": "0.05"})
+    result = run_load(options, locustfile_for("agent-sessions"), sandbox.tenant_keys, tmp_path / "load")
+    assert result.exit_code == 0 and result.total_failures == 0
+    receipts = [p for p in result.files if p.name.startswith("receipts-") and p.stat().st_size]
+    logs = [p for p in result.files if p.name.startswith("requests-") and p.stat().st_size]
+    assert len(receipts) == 2 and len(logs) == 2  # one of each per worker; the master runs no users
+    lines = sum(len(p.read_text().splitlines()) for p in receipts)
+    assert len(result.receipts) == lines == result.stats.set_index("name").loc["turn", "requests"]
+    assert len(result.requests) == result.total_requests  # both request logs, merged
+    report = audit(sandbox, result)
+    assert report.ok and report.acknowledged == lines and len(report.sessions) == 6
+    assert (tmp_path / "load" / "locust-worker-1.log").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_load_with_workers_leaves_no_locust_behind(sandbox, tmp_path, signum):
+    from tests.integration.test_interrupts import command_line, descendants
+
+    out = tmp_path / "out"
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(sandbox.state_dir), "COLUMNS": "200"}
+    runner = subprocess.Popen([sys.executable, "-m", "drillbook", "load", "agent-sessions", "--users", "4",
+                               "--duration", "60s", "--workers", "2", "--out", str(out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, int | None] = {}
+
+    def locusts() -> list[int]:
+        seen.update(descendants(runner.pid))
+        return [pid for pid in seen if "locust" in command_line(pid)]
+
+    wait_for(lambda: len(locusts()) == 3 and any(p.stat().st_size for p in out.glob("requests-*.csv")), timeout=90)
+    runner.send_signal(signum)
+    runner.communicate(timeout=60)
+    assert runner.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}[signum]
+    wait_for(lambda: not [pid for pid, ticks in seen.items() if ticks is not None and start_ticks(pid) == ticks],
+             timeout=20)  # master and both workers gone (the same processes, not reused pids)
 
 
 def test_the_audit_finds_turns_deleted_behind_the_gateways_back(sandbox, tmp_path):
@@ -151,6 +192,8 @@ def drillbook(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
     ("args", "expected"),
     [
         (["agent-sessions", "--users", "0"], "invalid users"),
+        (["agent-sessions", "--workers", "-1"], "invalid workers"),
+        (["agent-sessions", "--workers", "65"], "invalid workers"),
         (["no-such-profile"], "unknown load profile"),
         (["agent-sessions", "--duration", "soon"], "invalid --duration"),
         (["agent-sessions", "--set", "colour=blue"], "unknown load setting"),

@@ -152,6 +152,19 @@ def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp
     assert (executed.bundle / "plots" / "latency-errors.png").exists()
 
 
+def test_ha_with_load_workers_audits_every_workers_turns(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=200)
+    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3",
+                                                     "load_workers": "2"},
+                       results=tmp_path / "results", sandbox_state=handle.state_dir)
+    assert executed.verdict == "PASS", executed.summary
+    receipts = [p for p in (executed.bundle / "load").glob("receipts-*.jsonl") if p.stat().st_size]
+    assert len(receipts) == 2  # one file per worker
+    values = run_recorded(executed.bundle)["values"]
+    assert values["acknowledged_turns"] == sum(len(p.read_text().splitlines()) for p in receipts)
+    assert values["lost_turns"] == 0
+
+
 def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=100, defects=["no-retries"])
     executed = execute("ha-replica-loss", overrides={"users": "10", "duration_s": "8", "kill_after_s": "3",

@@ -35,7 +35,8 @@ def load_command(
     spawn_rate: float = typer.Option(10.0, help="Users started per second."),
     duration: str = typer.Option("30s", help="How long the load runs (30s, 2m, ...)."),
     stop_timeout: str = typer.Option("5s", help="Grace for in-flight turns at the end."),
-    processes: int = typer.Option(1, help="Locust processes (--processes)."),
+    workers: int = typer.Option(0, help="Locust workers under a master (Locust's master/worker mode; 0: one "
+                                        "process). Their receipts and request logs are merged and all audited."),
     setting: list[str] = typer.Option([], "--set", help="Profile setting name=value (repeat), e.g. think-time=0.2."),
     state: Optional[Path] = StateDirOption,
 ) -> None:
@@ -53,7 +54,7 @@ def load_command(
     run_time = parse_duration(duration, "--duration")
     options = build(LoadOptions, host="http://127.0.0.1", users=users, spawn_rate=spawn_rate,
                     run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
-                    processes=processes, env=profile_env(settings, run_time))
+                    workers=workers, env=profile_env(settings, run_time))
     locustfile = locustfile_for(profile)
     workload = open_target(target, state_dir(state))
     locustfile = workload.profile.locustfile() or locustfile

@@ -38,6 +38,7 @@ class HaReplicaLossParameters(Parameters):
     max_error_rate: Fraction = MAX_ERROR_RATE
     max_recovery_s: Seconds = 10.0
     max_p95_ms: Seconds = 2000.0
+    load_workers: Annotated[int, Field(ge=0, le=64)] = 0  # Locust workers under a master (0: one process)
 
     @model_validator(mode="after")
     def _kill_lands_during_load(self) -> "HaReplicaLossParameters":
