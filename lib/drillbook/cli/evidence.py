@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.table import Table
@@ -13,6 +14,8 @@ from drillbook.cli.app import app, console
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from drillbook.evidence.report import EvidenceSource
 
 keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for evidence manifests.")
 app.add_typer(keys_app, name="keys")
@@ -56,6 +59,27 @@ def _folder(path: Optional[Path]) -> Path:
     return target
 
 
+@contextmanager
+def _evidence(address: Optional[str]) -> Iterator[tuple[Path, "EvidenceSource | None"]]:
+    """A results folder to read: the one named (or the default), or for s3://bucket/prefix the
+    store's evidence downloaded as the chain vouches for it, with what the store itself shows."""
+    import tempfile
+
+    from drillbook.evidence.objectstore import EvidenceStore, is_store
+    from drillbook.evidence.report import EvidenceSource
+
+    if not is_store(address):
+        yield _folder(Path(address) if address else None), None
+        return
+    assert address is not None
+    store = EvidenceStore(address)  # unreachable, or not object-locked: one line, exit 2
+    with tempfile.TemporaryDirectory(prefix="drillbook-store-") as scratch:
+        folder = Path(scratch) / "results"
+        findings, head = store.download(folder)
+        yield folder, EvidenceSource(str(store.location), [(f.bundle, f.kind, f.detail) for f in findings], head)
+
+
+EVIDENCE_HELP = "A results folder, one bundle, or an s3://bucket/prefix evidence store (default: the results folder)."
 PUBLIC_KEY_HELP = "Trust signatures by the public key(s) in this file (repeat; also $DRILLBOOK_TRUSTED_KEYS)."
 
 
@@ -91,7 +115,7 @@ def head_command(
 
 @app.command("verify")
 def verify_command(
-    path: Optional[Path] = typer.Argument(None, help="A results folder or one bundle (default: the results folder)."),
+    path: Optional[str] = typer.Argument(None, help=EVIDENCE_HELP),
     public_key: list[Path] = typer.Option([], "--public-key", help=PUBLIC_KEY_HELP),
     require_signed: bool = typer.Option(False, "--require-signed",
                                         help="Fail when a signature is missing or cannot be checked against a "
@@ -111,11 +135,13 @@ def verify_command(
     from drillbook.evidence.anchor import read_head
     from drillbook.evidence.verify import LEDGER_FINDING
 
-    target = _folder(path)
     trusted = _trusted_keys(public_key)
-    head = read_head(expect_head, target) if expect_head else None
-    report = verify_path(target, trusted, require_signed=require_signed, expected_head=head,
-                         head_source=str(expect_head) if expect_head else "")
+    with _evidence(path) as (target, source):
+        head = read_head(expect_head, target) if expect_head else (source.head if source else None)
+        where = str(expect_head) if expect_head else (source.name if source else "")
+        report = verify_path(target, trusted, require_signed=require_signed, expected_head=head, head_source=where)
+        if source is not None:
+            source.apply(report)
     for finding in report.findings:
         style = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{style}]{finding.severity.upper()}[/] {finding.bundle}: {finding.kind}: {finding.detail}",
@@ -164,7 +190,7 @@ def _moment(text: Optional[str], option: str) -> "datetime | None":
 
 @app.command("report")
 def report_command(
-    path: Optional[Path] = typer.Argument(None, help="Results folder (default: the results folder)."),
+    path: Optional[str] = typer.Argument(None, help=EVIDENCE_HELP),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Where to write the HTML page."),
     public_key: list[Path] = typer.Option([], "--public-key", help=PUBLIC_KEY_HELP),
     since: Optional[str] = typer.Option(None, "--since", help="The period starts here (ISO date or time, UTC)."),
@@ -183,26 +209,53 @@ def report_command(
     from drillbook.evidence.report import write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
-    target = _folder(path)
     output = output_file(output, "--output")
     junit = output_file(junit, "--junit") if junit is not None else None
+    metrics_file = output_file(metrics_file, "--metrics-file") if metrics_file is not None else None
     trusted = _trusted_keys(public_key)
-    written = write_report(target, output, trusted, start, end)
-    console.print(f"report written to {written}")
-    if junit is not None:
-        console.print(f"JUnit XML written to {write_junit(target, junit, trusted, start, end)}")
-    if metrics_file is not None or pushgateway:
-        from drillbook.evidence.metrics import VerdictMetrics
-        from drillbook.evidence.report import Period, period_rows
+    if pushgateway:
+        from drillbook.evidence.metrics import pushgateway_ready
 
-        rows, verification = period_rows(target, trusted, Period(start, end))
-        metrics = VerdictMetrics()
-        metrics.add_runs(rows, verification.failed_bundles())
-        if metrics_file is not None:
-            console.print(f"metrics written to {metrics.write(metrics_file)}")
-        if pushgateway:
-            metrics.push(pushgateway, {"source": "report"})
-            console.print(f"metrics pushed to {pushgateway}")
+        pushgateway_ready(pushgateway)
+    with _evidence(path) as (target, source):
+        console.print(f"report written to {write_report(target, output, trusted, start, end, source)}")
+        if junit is not None:
+            console.print(f"JUnit XML written to {write_junit(target, junit, trusted, start, end, source)}")
+        if metrics_file is not None or pushgateway:
+            from drillbook.evidence.metrics import VerdictMetrics
+            from drillbook.evidence.report import Period, period_rows
+
+            rows, verification = period_rows(target, trusted, Period(start, end), source)
+            metrics = VerdictMetrics()
+            metrics.add_runs(rows, verification.failed_bundles())
+            if metrics_file is not None:
+                console.print(f"metrics written to {metrics.write(metrics_file)}")
+            if pushgateway:
+                metrics.push(pushgateway, {"source": "report"})
+                console.print(f"metrics pushed to {pushgateway}")
+
+
+@app.command("publish")
+def publish_command(
+    path: Optional[Path] = typer.Argument(None, help="Results folder (default: the results folder)."),
+    to: str = typer.Option(..., "--to", help="The evidence store: s3://bucket/prefix (an object-locked bucket; "
+                                             "$DRILLBOOK_S3_ENDPOINT, $DRILLBOOK_S3_ACCESS_KEY, "
+                                             "$DRILLBOOK_S3_SECRET_KEY)."),
+    retention_days: int = typer.Option(365, "--retention-days", min=1, max=36500,
+                                       help="Each object is locked (COMPLIANCE mode) for this many days."),
+) -> None:
+    """Copy every sealed bundle, the ledger and its head to write-once object storage.
+
+    Each object is written with a COMPLIANCE retention: the store refuses to delete it or shorten
+    its lock. Bundles already there are skipped; a different file of the same name is refused."""
+    from drillbook.evidence.objectstore import EvidenceStore
+
+    folder = _folder(path)
+    store = EvidenceStore(to)  # checked before anything is written
+    done = store.publish(folder, retention_days)
+    console.print(f"published to {store.location}: {len(done.uploaded)} bundles written, {len(done.present)} already "
+                  f"there; ledger of {done.ledger_entries} entries and its head; locked (COMPLIANCE) until "
+                  f"{done.retain_until}", soft_wrap=True)
 
 
 @app.command("list")

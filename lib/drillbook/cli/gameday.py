@@ -23,6 +23,8 @@ def gameday_command(
     metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the game day's verdicts and "
                                                 "figures as Prometheus metrics (textfile collector format)."),
     pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push them to this Pushgateway URL."),
+    publish: Optional[str] = typer.Option(None, "--publish", help="Afterwards copy the evidence to this "
+                                          "object-locked store, s3://bucket/prefix (see `drillbook publish`)."),
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
     from drillbook.config import output_file, results_dir
@@ -37,6 +39,11 @@ def gameday_command(
         from drillbook.evidence.metrics import pushgateway_ready
 
         pushgateway_ready(pushgateway)  # refused before anything runs
+    store = None
+    if publish:
+        from drillbook.evidence.objectstore import EvidenceStore
+
+        store = EvidenceStore(publish)  # unreachable or not object-locked: refused before anything runs
     err_console.print(f"[dim]…[/] game day {checked.name} ({path}) on {checked.target}; "
                       f"evidence in {results_dir(results)}", soft_wrap=True)
     try:
@@ -50,11 +57,18 @@ def gameday_command(
             stop.outcome.append(f"JUnit XML written to {_write_junit(stop.bundle, junit)}")
         if stop.bundle is not None and (metrics_file is not None or pushgateway):
             stop.outcome.append(_publish(stop.bundle, metrics_file, pushgateway))
+        if store is not None and stop.bundle is not None:
+            done = store.publish(stop.bundle.parent)
+            stop.outcome.append(f"evidence published to {store.location} ({len(done.uploaded)} bundles written)")
         raise
     if junit is not None:
         err_console.print(f"[dim]…[/] JUnit XML written to {_write_junit(result.summary_bundle, junit)}")
     if metrics_file is not None or pushgateway:
         err_console.print(f"[dim]…[/] {_publish(result.summary_bundle, metrics_file, pushgateway)}")
+    if store is not None:
+        done = store.publish(result.summary_bundle.parent)
+        err_console.print(f"[dim]…[/] evidence published to {store.location}: {len(done.uploaded)} bundles written, "
+                          f"{len(done.present)} already there, locked until {done.retain_until}", soft_wrap=True)
     table = Table(title=f"game day {result.plan.name} on {result.plan.target}")
     table.add_column("runbook")
     table.add_column("verdict")

@@ -239,16 +239,36 @@ def signatures_line(verification: VerifyReport, trusted: set[str] | None) -> str
     return line + "."
 
 
-def period_rows(results_dir: Path, trusted: set[str] | None, period: "Period") -> tuple[list[BundleRow], VerifyReport]:
+@dataclass
+class EvidenceSource:
+    """Where evidence was read from when that is not a local results folder (an object store),
+    with the findings that place adds to verification, and the head it keeps."""
+
+    name: str
+    findings: list[tuple[str, str, str]] = field(default_factory=list)  # (bundle, kind, detail)
+    head: dict | None = None
+
+    def apply(self, report: VerifyReport) -> VerifyReport:
+        for bundle, kind, detail in self.findings:
+            report.add(bundle, kind, detail)
+        return report
+
+
+def period_rows(results_dir: Path, trusted: set[str] | None, period: "Period",
+                source: EvidenceSource | None = None) -> tuple[list[BundleRow], VerifyReport]:
     """The bundles of the period, and the verification of the whole results folder."""
     rows = [r for r in list_bundles(results_dir) if period.holds(r)]
-    return rows, verify_path(results_dir, trusted)
+    report = verify_path(results_dir, trusted, expected_head=source.head if source else None,
+                         head_source=source.name if source else "")
+    return rows, source.apply(report) if source else report
 
 
 def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                  until: datetime | None = None) -> str:
+                  until: datetime | None = None, source: EvidenceSource | None = None) -> str:
+    """source: where the evidence was read from, with what that place itself showed (an object
+    store's findings), when it is not the results folder itself."""
     period = Period(since, until)
-    rows, verification = period_rows(results_dir, trusted, period)
+    rows, verification = period_rows(results_dir, trusted, period, source)
     failed = verification.failed_bundles()
     sections = build_sections(rows, failed)
     scored = {s.control.control for s in sections}
@@ -258,7 +278,8 @@ def render_report(results_dir: Path, trusted: set[str] | None = None, since: dat
                               autoescape=select_autoescape(["html", "j2"]))
     template = environment.get_template("report.html.j2")
     return template.render(
-        generated_at=_stamp(datetime.now(timezone.utc)), version=__version__, results_dir=str(results_dir),
+        generated_at=_stamp(datetime.now(timezone.utc)), version=__version__,
+        results_dir=source.name if source else str(results_dir),
         period=period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
         score=resilience_score(sections), score_definition=SCORE_DEFINITION,
         findings=verification.findings, failed=failed, checked=len(verification.checked),
@@ -268,16 +289,16 @@ def render_report(results_dir: Path, trusted: set[str] | None = None, since: dat
 
 
 def write_report(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                 until: datetime | None = None) -> Path:
+                 until: datetime | None = None, source: EvidenceSource | None = None) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_report(results_dir, trusted, since, until), encoding="utf-8")
+    output.write_text(render_report(results_dir, trusted, since, until, source), encoding="utf-8")
     return output
 
 
 def write_junit(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                until: datetime | None = None) -> Path:
+                until: datetime | None = None, source: EvidenceSource | None = None) -> Path:
     """The period's runs as JUnit XML (drillbook.evidence.junit): one suite per run."""
     from drillbook.evidence import junit
 
-    rows, verification = period_rows(results_dir, trusted, Period(since, until))
+    rows, verification = period_rows(results_dir, trusted, Period(since, until), source)
     return junit.write(junit.report_suites(rows, verification.failed_bundles()), output)
