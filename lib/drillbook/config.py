@@ -187,6 +187,10 @@ class LoadOptions(StrictModel):
     stop_timeout_s: Annotated[float, Field(ge=0, le=600)] = 5.0
     workers: Annotated[int, Field(ge=0, le=64)] = Field(0, description="Locust workers under a master (0: one "
                                                                "process runs the users itself)")
+    remote_workers: bool = Field(False, description="the workers are started elsewhere (pods pointing at the "
+                                                    "master), not by drillbook")
+    master_bind: str = Field("127.0.0.1", description="where the master listens for its workers")
+    master_port: Annotated[int, Field(ge=0, le=65535)] = Field(0, description="the master's port (0: a free one)")
     env: dict[str, str] = Field(default_factory=dict, description="extra DRILLBOOK_* settings for the locustfile")
 
     @field_validator("host")
@@ -195,6 +199,14 @@ class LoadOptions(StrictModel):
         if not re.match(r"^https?://[^/\s]+", host):
             raise ValueError(f"host must be an http(s) URL, got {host!r}")
         return host.rstrip("/")
+
+    @model_validator(mode="after")
+    def _workers(self) -> "LoadOptions":
+        if self.remote_workers and not self.workers:
+            raise ValueError("remote workers need a count (--workers N): the master waits for that many")
+        if self.remote_workers and not self.master_port:
+            raise ValueError("remote workers need the master's port (--master-port), the one they are pointed at")
+        return self
 
 
 ENV_RESULTS = "DRILLBOOK_RESULTS"

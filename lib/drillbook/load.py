@@ -5,9 +5,9 @@ Locust is never imported here (it monkey-patches with gevent); it runs as
 stop timeout + a start-up margin) is killed with all its children and reported as overran.
 With workers, Locust's own master/worker mode runs: a headless master bound to 127.0.0.1 that
 waits for its workers, and that many ``--worker`` processes in the master's process group (on one
-machine here; on a cluster, worker pods point at the master). Every worker writes its own
-receipts and request log into the run's folder, and they are merged: the delivery audit covers
-the turns of all of them.
+machine here; on a cluster, worker pods point at the master). Workers send their receipts and
+request-log lines to the master, which writes one file of each per worker into the run's folder;
+they are merged, and the delivery audit covers the turns of all of them.
 Totals come from Locust's JSON (exact); per-second and per-phase latency percentiles come from
 the request log the drillbook locustfiles write (float milliseconds), and whole-run percentiles
 per request name from Locust's own response-time histogram.
@@ -243,9 +243,14 @@ def locust_command(options: LoadOptions, locustfile: Path, out_dir: Path, master
             "--logfile", str(out_dir / "locust.log"), "--exit-code-on-error", "1"]
     if options.workers:
         assert master_port is not None
-        argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
-                 "--expect-workers", str(options.workers), "--expect-workers-max-wait", str(WORKERS_MAX_WAIT_S)]
+        argv += ["--master", "--master-bind-host", options.master_bind, "--master-bind-port", str(master_port),
+                 "--expect-workers", str(options.workers), "--expect-workers-max-wait", str(workers_wait_s(options))]
     return argv
+
+
+def workers_wait_s(options: LoadOptions) -> int:
+    """How long the master waits for its workers: longer for workers started elsewhere (pods)."""
+    return WORKERS_MAX_WAIT_S * (4 if options.remote_workers else 1)
 
 
 def worker_command(locustfile: Path, out_dir: Path, master_port: int, index: int) -> list[str]:
@@ -277,9 +282,9 @@ class LoadRun:
                "DRILLBOOK_LOAD_OUT": str(out_dir)}
         self.options, self.out_dir = options, out_dir
         self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S + \
-            (WORKERS_MAX_WAIT_S if options.workers else 0)
+            (workers_wait_s(options) if options.workers else 0)
         self.started = time.time()
-        port = _free_port() if options.workers else None
+        port = (options.master_port or _free_port()) if options.workers else None
         # Its own process group (a terminal's Ctrl-C reaches drillbook, which stops it gently);
         # the workers join that group, so that stopping the group stops them all.
         with open(out_dir / "locust.stdout.log", "wb") as console:
@@ -287,10 +292,12 @@ class LoadRun:
                                             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                             process_group=0, preexec_fn=die_with_parent(signal.SIGTERM))
         self.workers: list[subprocess.Popen[bytes]] = []
-        for index in range(options.workers):
+        # Workers get no output folder: they send their lines to the master (drillbook.loadkit).
+        worker_env = {k: v for k, v in env.items() if k != "DRILLBOOK_LOAD_OUT"}
+        for index in range(0 if options.remote_workers else options.workers):
             assert port is not None
             with open(out_dir / f"locust-worker-{index}.stdout.log", "wb") as console:
-                self.workers.append(subprocess.Popen(worker_command(locustfile, out_dir, port, index), env=env,
+                self.workers.append(subprocess.Popen(worker_command(locustfile, out_dir, port, index), env=worker_env,
                                                      stdin=subprocess.DEVNULL, stdout=console,
                                                      stderr=subprocess.STDOUT, process_group=self.process.pid,
                                                      preexec_fn=die_with_parent(signal.SIGTERM)))

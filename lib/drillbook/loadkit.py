@@ -10,6 +10,12 @@ into the folder given by ``--drillbook-out``:
   ok, error), from which exact per-second and per-phase percentiles are computed;
 - ``phases.jsonl`` (from a load shape): when each phase began.
 
+Under Locust's master/worker mode only the master writes files: each worker sends its receipts
+and request-log lines to the master in batches (a Locust custom message, every half second and
+when its users stop, before it reports them stopped), and the master writes them to
+``receipts-worker-<id>.jsonl`` and ``requests-worker-<id>.csv``. A worker therefore needs no
+shared folder: it can run anywhere that reaches the master.
+
 Your own locustfile (a target profile's ``load.locustfile``) imports this module to get the
 request log, reads its keys with ``tenant_keys(environment)`` and calls ``acknowledged(...)``
 for every acknowledged turn; drillbook then collects statistics and receipts as for its own.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +35,7 @@ from typing import Any, TextIO
 import gevent
 from locust import FastHttpUser, events
 from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
 
 from drillbook.profile import AgentApi, parse_tenant_keys
 
@@ -58,13 +66,19 @@ def _options(parser: Any) -> None:
     group.add_argument("--recovery-s", env_var="DRILLBOOK_RECOVERY_S", type=float, default=10.0)
 
 
+RECORDS_MESSAGE = "drillbook_records"  # worker to master: receipts and request-log lines
+
+
 class Recorder:
-    """This process's receipt and request-log files."""
+    """This process's receipt and request-log files; on a worker, the lines it sends its master."""
 
     def __init__(self) -> None:
         self.receipts: TextIO | None = None
         self.requests: TextIO | None = None
         self.out: Path | None = None
+        self.master: WorkerRunner | None = None  # set on a worker: lines go there, not to files
+        self.pending: dict[str, list[str]] = {"receipts": [], "requests": []}
+        self.gathered: dict[str, dict[str, TextIO]] = {}  # on a master: each worker's files
 
     def open(self, out: str) -> None:
         if not out or self.receipts is not None:
@@ -75,13 +89,20 @@ class Recorder:
         self.receipts = open(self.out / f"receipts-{pid}.jsonl", "a", encoding="utf-8")
         self.requests = open(self.out / f"requests-{pid}.csv", "a", encoding="utf-8")
 
+    def forward_to(self, runner: WorkerRunner) -> None:
+        self.master = runner
+
+    def _line(self, kind: str, line: str, handle: TextIO | None) -> None:
+        if self.master is not None:
+            self.pending[kind].append(line)
+        elif handle is not None:
+            handle.write(line)
+
     def receipt(self, record: dict[str, Any]) -> None:
-        if self.receipts is not None:
-            self.receipts.write(json.dumps(record) + "\n")
+        self._line("receipts", json.dumps(record) + "\n", self.receipts)
 
     def request(self, start: float, name: str, millis: float, ok: bool, error: str) -> None:
-        if self.requests is not None:
-            self.requests.write(f"{start:.6f},{name},{millis:.3f},{int(ok)},{error}\n")
+        self._line("requests", f"{start:.6f},{name},{millis:.3f},{int(ok)},{error}\n", self.requests)
 
     def phase(self, name: str, started: float) -> None:
         if self.out is not None:
@@ -89,8 +110,28 @@ class Recorder:
                 handle.write(json.dumps({"phase": name, "started": started}) + "\n")
 
     def flush(self) -> None:
+        if self.master is not None:
+            batch, self.pending = self.pending, {"receipts": [], "requests": []}
+            if batch["receipts"] or batch["requests"]:
+                self.master.send_message(RECORDS_MESSAGE, {kind: "".join(lines) for kind, lines in batch.items()})
+            return
         for handle in (self.receipts, self.requests):
             if handle is not None:
+                handle.flush()
+
+    def gather(self, worker: str, batch: dict[str, str]) -> None:
+        """On a master: one worker's batch of lines, appended to that worker's files."""
+        if self.out is None:
+            return
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", worker)[-80:]
+        files = self.gathered.get(name)
+        if files is None:
+            files = {"receipts": open(self.out / f"receipts-worker-{name}.jsonl", "a", encoding="utf-8"),
+                     "requests": open(self.out / f"requests-worker-{name}.csv", "a", encoding="utf-8")}
+            self.gathered[name] = files
+        for kind, handle in files.items():
+            if batch.get(kind):
+                handle.write(batch[kind])
                 handle.flush()
 
 
@@ -111,8 +152,14 @@ def acknowledged(session_id: str, tenant: str, seq: int, digest: str, idempotenc
 
 @events.init.add_listener
 def _open_files(environment: Environment, **_: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        recorder.forward_to(environment.runner)
+        return
     if environment.parsed_options is not None:
         recorder.open(environment.parsed_options.drillbook_out)
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.register_message(
+            RECORDS_MESSAGE, lambda environment, msg, **_: recorder.gather(str(msg.node_id), msg.data or {}))
 
 
 @events.request.add_listener

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -16,10 +17,11 @@ from drillbook.config import LoadOptions
 from drillbook.delivery import audit_delivery
 from drillbook.load import LoadRunOverran, locustfile_for, profile_env, run_load, start_load
 from drillbook.processes import start_ticks
+from drillbook.profile import format_tenant_keys
 from drillbook.sandbox.launcher import _alive
 from drillbook.sandbox.verifier import ReferenceVerifier
 
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +67,8 @@ def test_workers_under_a_master_are_merged_and_all_audited(sandbox, tmp_path):
     receipts = [p for p in result.files if p.name.startswith("receipts-") and p.stat().st_size]
     logs = [p for p in result.files if p.name.startswith("requests-") and p.stat().st_size]
     assert len(receipts) == 2 and len(logs) == 2  # one of each per worker; the master runs no users
+    assert all(p.name.startswith(("receipts-worker-", "requests-worker-")) for p in [*receipts, *logs])  # sent to
+    # the master, which wrote them: the workers were given no output folder
     lines = sum(len(p.read_text().splitlines()) for p in receipts)
     assert len(result.receipts) == lines == result.stats.set_index("name").loc["turn", "requests"]
     assert len(result.requests) == result.total_requests  # both request logs, merged
@@ -94,6 +98,41 @@ def test_a_signal_to_load_with_workers_leaves_no_locust_behind(sandbox, tmp_path
     assert runner.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}[signum]
     wait_for(lambda: not [pid for pid, ticks in seen.items() if ticks is not None and start_ticks(pid) == ticks],
              timeout=20)  # master and both workers gone (the same processes, not reused pids)
+
+
+def test_workers_started_elsewhere_send_everything_to_the_master(sandbox, tmp_path):
+    """As worker pods would: raw Locust workers started by someone else, with the shipped
+    locustfile and the tenant keys but no output folder, pointed at the master's port."""
+    port = free_port()
+    out = tmp_path / "out"
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(sandbox.state_dir), "COLUMNS": "200"}
+    master = subprocess.Popen([sys.executable, "-m", "drillbook", "load", "agent-sessions", "--users", "4",
+                               "--duration", "4s", "--set", "think-time=0.05", "--workers", "2", "--remote-workers",
+                               "--master-port", str(port), "--out", str(out)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    elsewhere = {k: v for k, v in os.environ.items() if not k.startswith("DRILLBOOK_")}
+    elsewhere["DRILLBOOK_TENANT_KEYS"] = format_tenant_keys(sandbox.tenant_keys)
+    (tmp_path / "pod").mkdir()
+    workers = [subprocess.Popen([sys.executable, "-m", "locust", "-f", str(locustfile_for("agent-sessions")),
+                                 "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                                env=elsewhere, cwd=tmp_path / "pod", stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        stdout, stderr = master.communicate(timeout=180)
+        assert master.returncode == 0, stdout + stderr
+        assert "delivered True" in stdout and "lost 0" in stdout
+        receipts = [p for p in out.glob("receipts-worker-*.jsonl") if p.stat().st_size]
+        assert len(receipts) == 2
+        summary = json.loads((out / "load-summary.json").read_text())
+        assert summary["delivery"]["acknowledged"] == sum(len(p.read_text().splitlines()) for p in receipts)
+        assert not list((tmp_path / "pod").iterdir())  # the workers wrote nothing where they ran
+        for worker in workers:
+            worker.wait(30)  # told to quit by their master
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
 
 
 def test_the_audit_finds_turns_deleted_behind_the_gateways_back(sandbox, tmp_path):
@@ -194,6 +233,8 @@ def drillbook(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
         (["agent-sessions", "--users", "0"], "invalid users"),
         (["agent-sessions", "--workers", "-1"], "invalid workers"),
         (["agent-sessions", "--workers", "65"], "invalid workers"),
+        (["agent-sessions", "--remote-workers"], "remote workers need a count"),
+        (["agent-sessions", "--workers", "2", "--remote-workers"], "remote workers need the master's port"),
         (["no-such-profile"], "unknown load profile"),
         (["agent-sessions", "--duration", "soon"], "invalid --duration"),
         (["agent-sessions", "--set", "colour=blue"], "unknown load setting"),

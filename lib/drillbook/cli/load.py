@@ -37,6 +37,10 @@ def load_command(
     stop_timeout: str = typer.Option("5s", help="Grace for in-flight turns at the end."),
     workers: int = typer.Option(0, help="Locust workers under a master (Locust's master/worker mode; 0: one "
                                         "process). Their receipts and request logs are merged and all audited."),
+    remote_workers: bool = typer.Option(False, "--remote-workers", help="Start no workers: wait for --workers N "
+                                        "started elsewhere (pods) and pointed at --master-port."),
+    master_bind: str = typer.Option("127.0.0.1", "--master-bind", help="Where the master listens for workers."),
+    master_port: int = typer.Option(0, "--master-port", help="The master's port (default: a free one)."),
     setting: list[str] = typer.Option([], "--set", help="Profile setting name=value (repeat), e.g. think-time=0.2."),
     state: Optional[Path] = StateDirOption,
 ) -> None:
@@ -54,7 +58,8 @@ def load_command(
     run_time = parse_duration(duration, "--duration")
     options = build(LoadOptions, host="http://127.0.0.1", users=users, spawn_rate=spawn_rate,
                     run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
-                    workers=workers, env=profile_env(settings, run_time))
+                    workers=workers, remote_workers=remote_workers, master_bind=master_bind,
+                    master_port=master_port, env=profile_env(settings, run_time))
     locustfile = locustfile_for(profile)
     workload = open_target(target, state_dir(state))
     locustfile = workload.profile.locustfile() or locustfile
