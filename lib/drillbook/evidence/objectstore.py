@@ -183,10 +183,12 @@ class EvidenceStore:
                 self._put(key, data, until)
                 wrote = True
             (done.uploaded if wrote else done.present).append(folder.name)
-        self._put(self.location.key(LEDGER), (results_dir / LEDGER).read_bytes() if entries else b"", until)
         head = current_head(results_dir, signing_key())
-        if head is not None:
-            self._put(self.location.key(HEAD), json.dumps(head, indent=2).encode(), until)
+        for name, data in ((LEDGER, (results_dir / LEDGER).read_bytes() if entries else b""),
+                           (HEAD, json.dumps(head, indent=2).encode() if head is not None else None)):
+            key = self.location.key(name)
+            if data is not None and existing.get(key) != hashlib.md5(data).hexdigest():  # noqa: S324
+                self._put(key, data, until)  # a new locked version; the earlier ones stay
         return done
 
     # -- reading --------------------------------------------------------------------------------
