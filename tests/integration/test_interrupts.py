@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import nbformat
@@ -259,7 +260,8 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
         {"runbook": "ha-replica-loss", "parameters": {"duration_s": 10, "kill_after_s": 2, "users": 4}},
         {"runbook": "restore-drill"}]}))
     state, results = tmp_path / "state", tmp_path / "results"
-    runner = Runner(["gameday", str(plan)], state, results)
+    junit = tmp_path / "gameday.xml"
+    runner = Runner(["gameday", str(plan), "--junit", str(junit)], state, results)
     wait_for(lambda: runner.watch() is not None and any(results.glob("*_ha-replica-loss_*")), timeout=120,
              interval=0.1)
     runner.wait_for_child("locust")
@@ -278,6 +280,13 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
     assert ha_summary["verdict"] == "INTERRUPTED"
     assert launcher.find(state) is None
     assert runner.left_over() == []  # the sandbox it started is gone with it
+    assert f"JUnit XML written to {junit}" in last  # CI still gets the verdicts, the interruption an error
+    suites = {suite.get("name"): suite for suite in ElementTree.parse(junit).getroot().iter("testsuite")}
+    assert set(suites) == {"cold-start/cold-start", "ha/ha-replica-loss", "restore/restore-drill"}
+    assert suites["cold-start/cold-start"].get("errors") == "0"
+    ha_error = next(c for c in suites["ha/ha-replica-loss"].iter("testcase") if c.get("name") == "run completed")
+    assert ha_error.find("error").get("message").startswith("INTERRUPTED")
+    assert "not run" in suites["restore/restore-drill"].find("testcase/error").get("message")
 
 
 @pytest.mark.parametrize(("args", "message"), [
