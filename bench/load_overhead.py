@@ -21,11 +21,14 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from drillbook.config import LoadOptions, SandboxConfig
 from drillbook.delivery import audit_delivery
 from drillbook.load import collect, locustfile_for, run_load
+from drillbook.ports import free_port
 from drillbook.sandbox import launcher
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
 from drillbook.sandbox.verifier import StoredSessionsVerifier
@@ -68,15 +71,25 @@ def raw_locust(locustfile: Path, host: str, users: int, seconds: float, out: Pat
     return rps_from_json(out / "raw.json", seconds)
 
 
-def compare_rps(users: int, seconds: float, work: Path) -> None:
-    port = launcher.free_port()
+@contextmanager
+def trivial_server(work: Path) -> Iterator[tuple[str, Path, Path]]:
+    """The trivial asyncio server on 127.0.0.1, with the raw and the drillbook locustfile for it:
+    (host, raw locustfile, drillbook locustfile). The server is stopped on the way out."""
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port)])
     try:
         time.sleep(1.0)
-        host = f"http://127.0.0.1:{port}"
         raw_file, ours_file = work / "raw.py", work / "ours.py"
         raw_file.write_text(RAW_LOCUSTFILE)
         ours_file.write_text(DRILLBOOK_LOCUSTFILE)
+        yield f"http://127.0.0.1:{port}", raw_file, ours_file
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def compare_rps(users: int, seconds: float, work: Path) -> None:
+    with trivial_server(work) as (host, raw_file, ours_file):
         results = {"raw": [], "drillbook": []}
         for round_index in range(2):  # alternate, so drift hits both sides
             results["raw"].append(raw_locust(raw_file, host, users, seconds, work / f"raw{round_index}"))
@@ -90,9 +103,6 @@ def compare_rps(users: int, seconds: float, work: Path) -> None:
         print(f"requests/s, best of 2, {users} users, {seconds:g}s: raw locust {raw:.0f}, "
               f"through drillbook.load {ours:.0f}; ratio {ours / raw:.3f} (target >= 0.95); "
               f"parse after exit {parse_s:.2f}s")
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 class NoSessions:

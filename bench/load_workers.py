@@ -17,24 +17,17 @@ Run: python bench/load_workers.py [--workers 2] [--users 20] [--seconds 6] [--ro
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from load_overhead import DRILLBOOK_LOCUSTFILE, RAW_LOCUSTFILE, TRIVIAL_SERVER, NoSessions, rps_from_json
+from load_overhead import NoSessions, rps_from_json, trivial_server
 
 from drillbook.config import LoadOptions
 from drillbook.delivery import audit_delivery
 from drillbook.load import run_load
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from drillbook.ports import free_port
 
 
 def raw_workers(locustfile: Path, host: str, users: int, seconds: float, workers: int, out: Path) -> float:
@@ -81,14 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="drillbook-bench-") as tmp:
         work = Path(tmp)
-        port = free_port()
-        server = subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port)])
-        try:
-            time.sleep(1.0)
-            host = f"http://127.0.0.1:{port}"
-            raw_file, ours_file = work / "raw.py", work / "ours.py"
-            raw_file.write_text(RAW_LOCUSTFILE)
-            ours_file.write_text(DRILLBOOK_LOCUSTFILE)
+        with trivial_server(work) as (host, raw_file, ours_file):
             one, many, raw = [], [], []
             merged = ""
             for index in range(args.rounds):
@@ -96,17 +82,13 @@ def main() -> None:
                 rate, merged = ours(ours_file, host, args.users, args.seconds, args.workers, work / f"many{index}")
                 many.append(rate)
                 raw.append(raw_workers(raw_file, host, args.users, args.seconds, args.workers, work / f"raw{index}"))
-            best_one, best_many, best_raw = max(one), max(many), max(raw)
-            print(f"requests/s, best of {args.rounds}, {args.users} users, {args.seconds:g}s: drillbook 1 worker "
-                  f"{best_one:.0f}, drillbook {args.workers} workers {best_many:.0f}, raw Locust {args.workers} "
-                  f"workers {best_raw:.0f}")
-            print(f"ratio {args.workers} workers to 1: {best_many / best_one:.2f}; "
-                  f"drillbook to raw Locust, {args.workers} workers: {best_many / best_raw:.3f} (target >= 0.95)")
-            print(f"last {args.workers}-worker run: {merged}")
-        finally:
-            server.terminate()
-            server.wait(10)
-
+        best_one, best_many, best_raw = max(one), max(many), max(raw)
+        print(f"requests/s, best of {args.rounds}, {args.users} users, {args.seconds:g}s: drillbook 1 worker "
+              f"{best_one:.0f}, drillbook {args.workers} workers {best_many:.0f}, raw Locust {args.workers} "
+              f"workers {best_raw:.0f}")
+        print(f"ratio {args.workers} workers to 1: {best_many / best_one:.2f}; "
+              f"drillbook to raw Locust, {args.workers} workers: {best_many / best_raw:.3f} (target >= 0.95)")
+        print(f"last {args.workers}-worker run: {merged}")
 
 if __name__ == "__main__":
     main()

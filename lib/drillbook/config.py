@@ -10,7 +10,7 @@ import enum
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -224,9 +224,20 @@ def usable_folder(path: Path, what: str) -> Path:
     return resolved
 
 
-def output_file(path: Path, what: str) -> Path:
+@overload
+def output_file(path: Path, what: str) -> Path: ...
+
+
+@overload
+def output_file(path: None, what: str) -> None: ...
+
+
+def output_file(path: Path | None, what: str) -> Path | None:
     """path made absolute, or one ConfigError line when a file cannot be written there (a folder
-    in its place, a parent that is a file); asked before any work is done."""
+    in its place, a parent that is a file); asked before any work is done. None (the option was
+    not given) stays None."""
+    if path is None:
+        return None
     try:
         resolved = path.expanduser().resolve()
     except (RuntimeError, OSError) as error:

@@ -179,6 +179,7 @@ def _seal_summary(plan: GameDayPlan, target: str, runs: list[tuple[str, str, Pat
                   stopped: "Interrupted | None") -> Path:
     """The game day's own bundle: every run's verdict and bundle, and the ones that never ran."""
     from drillbook.evidence import BundleWriter, RunSummary, SloCheck
+    from drillbook.evidence.catalog import GAMEDAY_PREFIX
 
     checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
               for runbook, verdict, _ in runs]
@@ -189,9 +190,9 @@ def _seal_summary(plan: GameDayPlan, target: str, runs: list[tuple[str, str, Pat
         verdict = "INTERRUPTED"
         reason = (f"interrupted by {stopped.signal_name} at {stopped.moment}"
                   + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
-    summary = RunSummary(runbook=f"gameday-{plan.name}", control="gameday", verdict=verdict, metrics=metrics,
+    summary = RunSummary(runbook=f"{GAMEDAY_PREFIX}{plan.name}", control="gameday", verdict=verdict, metrics=metrics,
                          checks=checks, reason=reason)
-    bundle = BundleWriter(results_dir(results), f"gameday-{plan.name}", target, plan.model_dump(),
+    bundle = BundleWriter(results_dir(results), f"{GAMEDAY_PREFIX}{plan.name}", target, plan.model_dump(),
                           **evidence_settings())
     bundle.write_json("summary.json", summary.to_json())
     bundle.seal("interrupted" if stopped is not None else "complete")

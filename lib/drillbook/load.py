@@ -33,6 +33,7 @@ from drillbook.config import LoadOptions
 from drillbook.delivery import Receipt, read_receipts
 from drillbook.errors import ConfigError, LoadRunOverran
 from drillbook.measure import percentile
+from drillbook.ports import free_port
 from drillbook.processes import ProcessLedger, die_with_parent
 from drillbook.profile import AgentApi, format_tenant_keys
 
@@ -258,14 +259,6 @@ def worker_command(locustfile: Path, out_dir: Path, master_port: int, index: int
             "--master-port", str(master_port), "--logfile", str(out_dir / f"locust-worker-{index}.log")]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class LoadRun:
     """A Locust run in progress (its own process group); `wait` bounds it and collects the result.
 
@@ -284,7 +277,7 @@ class LoadRun:
         self.bound = options.run_time_s + options.stop_timeout_s + STARTUP_MARGIN_S + \
             (workers_wait_s(options) if options.workers else 0)
         self.started = time.time()
-        port = (options.master_port or _free_port()) if options.workers else None
+        port = (options.master_port or free_port()) if options.workers else None
         # Its own process group (a terminal's Ctrl-C reaches drillbook, which stops it gently);
         # the workers join that group, so that stopping the group stops them all.
         with open(out_dir / "locust.stdout.log", "wb") as console:

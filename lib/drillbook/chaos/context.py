@@ -81,9 +81,11 @@ class RunContext:
     started_at: float = field(default_factory=time.time)
 
     @classmethod
-    def of(cls, configuration: dict[str, Any]) -> "RunContext":
+    def of(cls, configuration: dict[str, Any], target: "Target | None" = None) -> "RunContext":
         """The context of the run the configuration names: the open one when it is in progress
-        here, else a new one (for a rollback or a dry run, which judge nothing)."""
+        here, else a new one, not yet followed (for a rollback or a dry run, which judge nothing,
+        or for the runner to follow). target: when the caller holds it already (a runbook's run),
+        so that the profile is not read again."""
         run_id = str(configuration.get("drillbook_run_id", "manual"))
         with _OPEN_LOCK:
             opened = _OPEN.get(run_id)
@@ -94,17 +96,7 @@ class RunContext:
                                "missing): run it with `drillbook chaos run`, or give it drillbook's target "
                                "configuration (drillbook.chaos.runner.target_configuration)")
         return cls(run_id, Path(configuration.get("drillbook_run_dir", ".")),
-                   FaultLedger(Path(configuration["drillbook_ledger"])), target_of(configuration))
-
-    @classmethod
-    def open(cls, configuration: dict[str, Any], target: "Target | None" = None) -> "RunContext":
-        """Start following the run the configuration names (see follow()); a caller that holds the
-        target already (a runbook's run) hands it over, so its profile is not read again."""
-        if target is None:
-            return cls.of(configuration).follow()
-        return cls(str(configuration.get("drillbook_run_id", "manual")),
-                   Path(configuration.get("drillbook_run_dir", ".")),
-                   FaultLedger(Path(configuration["drillbook_ledger"])), target).follow()
+                   FaultLedger(Path(configuration["drillbook_ledger"])), target or target_of(configuration))
 
     def follow(self) -> "RunContext":
         """Every provider of this run id gets this context (or the one already open) until close()."""
@@ -136,13 +128,12 @@ class RunContext:
             self.measurements[name] = value
             self._journal(name, value)
 
-    def append_measurement(self, name: str, value: Any) -> list[Any]:
-        """Add one item to a list measurement (a trial, say); returns the list so far."""
+    def append_measurement(self, name: str, value: Any) -> None:
+        """Add one item to a list measurement (a trial, say)."""
         with self.lock:
             items = [*self.measurements.get(name, []), value]
             self.measurements[name] = items
             self._journal(name, items)
-            return list(items)
 
     def merge_measurement(self, name: str, key: str, value: Any) -> None:
         """Set one key of a dict measurement (receipts by phase, say)."""

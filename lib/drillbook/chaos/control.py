@@ -22,7 +22,7 @@ def declared_in(experiment: dict[str, Any]) -> bool:
 
 
 def before_experiment_control(context: Any, configuration: dict[str, Any] | None = None, **kwargs: Any) -> None:
-    RunContext.open(configuration or {})
+    RunContext.of(configuration or {}).follow()
 
 
 def before_method_control(context: Any, configuration: dict[str, Any] | None = None, **kwargs: Any) -> None:

@@ -224,23 +224,20 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     run_dir.mkdir(parents=True, exist_ok=True)
     configuration = {**parameters, **target_configuration, "drillbook_run_id": run_id,
                      "drillbook_run_dir": str(run_dir)}
-    context = RunContext.open(configuration, target)  # the target once; the allow-list refuses here
+    context = RunContext.of(configuration, target)  # the target once; the allow-list refuses here
     experiment = copy.deepcopy(experiment)
     experiment["configuration"] = configuration
     if not drill_control.declared_in(experiment):  # an experiment of the user's own: its phases are followed too
         experiment["controls"] = [drill_control.DECLARATION, *experiment.get("controls", [])]
     if safeguards:
         experiment["controls"] = [*experiment.get("controls", []), safeguard_control(safeguards)]
-    try:
-        ensure_experiment_is_valid(experiment)
-    except BaseException:
-        context.close()
-        raise
+    ensure_experiment_is_valid(experiment)
     timeline: list[dict[str, Any]] = [{"t": time.time(), "kind": "experiment_started", "experiment": path.stem,
                                        "run_id": run_id}]
     fallback: list[str] = []
     journal: dict[str, Any] = {}
     handlers: list[tuple[int, Any]] = []
+    context.follow()  # from here every provider of this run id gets this context; closed in the finally
     try:
         journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
                                  event_handlers=[_timeline_handler(timeline, handlers)])

@@ -15,7 +15,7 @@ from drillbook.cli.app import app, console
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from drillbook.evidence.report import EvidenceSource
+    from drillbook.evidence.verify import EvidenceSource
 
 keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for evidence manifests.")
 app.add_typer(keys_app, name="keys")
@@ -66,7 +66,6 @@ def _evidence(address: Optional[str]) -> Iterator[tuple[Path, "EvidenceSource | 
     import tempfile
 
     from drillbook.evidence.objectstore import EvidenceStore, is_store
-    from drillbook.evidence.report import EvidenceSource
 
     if not is_store(address):
         yield _folder(Path(address) if address else None), None
@@ -75,8 +74,7 @@ def _evidence(address: Optional[str]) -> Iterator[tuple[Path, "EvidenceSource | 
     store = EvidenceStore(address)  # unreachable, or not object-locked: one line, exit 2
     with tempfile.TemporaryDirectory(prefix="drillbook-store-") as scratch:
         folder = Path(scratch) / "results"
-        findings, head = store.download(folder)
-        yield folder, EvidenceSource(str(store.location), [(f.bundle, f.kind, f.detail) for f in findings], head)
+        yield folder, store.download(folder)
 
 
 EVIDENCE_HELP = "A results folder, one bundle, or an s3://bucket/prefix evidence store (default: the results folder)."
@@ -131,17 +129,14 @@ def verify_command(
     Exit 0 only when everything verifies and every run was complete (interrupted, killed and
     unsealed runs exit 1 unless --allow-incomplete); exit 1 when evidence was changed or is
     partial; exit 2 when the input cannot be used."""
-    from drillbook.evidence import verify_path
     from drillbook.evidence.anchor import read_head
-    from drillbook.evidence.verify import LEDGER_FINDING
+    from drillbook.evidence.verify import LEDGER_FINDING, verify_evidence
 
     trusted = _trusted_keys(public_key)
     with _evidence(path) as (target, source):
-        head = read_head(expect_head, target) if expect_head else (source.head if source else None)
-        where = str(expect_head) if expect_head else (source.name if source else "")
-        report = verify_path(target, trusted, require_signed=require_signed, expected_head=head, head_source=where)
-        if source is not None:
-            source.apply(report)
+        report = verify_evidence(target, trusted, source, require_signed=require_signed,
+                                 expected_head=read_head(expect_head, target) if expect_head else None,
+                                 head_source=str(expect_head) if expect_head else "")
     for finding in report.findings:
         style = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{style}]{finding.severity.upper()}[/] {finding.bundle}: {finding.kind}: {finding.detail}",
@@ -206,28 +201,26 @@ def report_command(
     Whatever its verdict, each run counts; the page shows the score, trends with thresholds,
     verification findings and each bundle's digest."""
     from drillbook.config import output_file
-    from drillbook.evidence.report import write_junit, write_report
+    from drillbook.evidence.report import PeriodEvidence, write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
     output = output_file(output, "--output")
-    junit = output_file(junit, "--junit") if junit is not None else None
-    metrics_file = output_file(metrics_file, "--metrics-file") if metrics_file is not None else None
+    junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
     trusted = _trusted_keys(public_key)
     if pushgateway:
         from drillbook.evidence.metrics import pushgateway_ready
 
         pushgateway_ready(pushgateway)
     with _evidence(path) as (target, source):
-        console.print(f"report written to {write_report(target, output, trusted, start, end, source)}")
+        evidence = PeriodEvidence.read(target, trusted, start, end, source)  # verified once, for every output
+        console.print(f"report written to {write_report(evidence, output)}")
         if junit is not None:
-            console.print(f"JUnit XML written to {write_junit(target, junit, trusted, start, end, source)}")
+            console.print(f"JUnit XML written to {write_junit(evidence, junit)}")
         if metrics_file is not None or pushgateway:
             from drillbook.evidence.metrics import VerdictMetrics
-            from drillbook.evidence.report import Period, period_rows
 
-            rows, verification = period_rows(target, trusted, Period(start, end), source)
             metrics = VerdictMetrics()
-            metrics.add_runs(rows, verification.failed_bundles())
+            metrics.add_runs(evidence.rows, evidence.failed)
             if metrics_file is not None:
                 console.print(f"metrics written to {metrics.write(metrics_file)}")
             if pushgateway:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from drillbook.cli.app import StateDirOption, app, console, err_console
 from drillbook.config import state_dir
+
+if TYPE_CHECKING:
+    from drillbook.evidence.objectstore import EvidenceStore
 
 
 @app.command("gameday")
@@ -33,8 +36,7 @@ def gameday_command(
 
     path = plan_path(plan)
     checked = load_plan(path, target)  # the whole plan is checked before anything runs
-    junit = output_file(junit, "--junit") if junit is not None else None
-    metrics_file = output_file(metrics_file, "--metrics-file") if metrics_file is not None else None
+    junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
     if pushgateway:
         from drillbook.evidence.metrics import pushgateway_ready
 
@@ -53,22 +55,11 @@ def gameday_command(
             on_done=lambda name, verdict, bundle: err_console.print(
                 f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
     except Interrupted as stop:
-        if junit is not None and stop.bundle is not None:
-            stop.outcome.append(f"JUnit XML written to {_write_junit(stop.bundle, junit)}")
-        if stop.bundle is not None and (metrics_file is not None or pushgateway):
-            stop.outcome.append(_publish(stop.bundle, metrics_file, pushgateway))
-        if store is not None and stop.bundle is not None:
-            done = store.publish(stop.bundle.parent)
-            stop.outcome.append(f"evidence published to {store.location} ({len(done.uploaded)} bundles written)")
+        if stop.bundle is not None:
+            stop.outcome.extend(_afterwards(stop.bundle, junit, metrics_file, pushgateway, store))
         raise
-    if junit is not None:
-        err_console.print(f"[dim]…[/] JUnit XML written to {_write_junit(result.summary_bundle, junit)}")
-    if metrics_file is not None or pushgateway:
-        err_console.print(f"[dim]…[/] {_publish(result.summary_bundle, metrics_file, pushgateway)}")
-    if store is not None:
-        done = store.publish(result.summary_bundle.parent)
-        err_console.print(f"[dim]…[/] evidence published to {store.location}: {len(done.uploaded)} bundles written, "
-                          f"{len(done.present)} already there, locked until {done.retain_until}", soft_wrap=True)
+    for line in _afterwards(result.summary_bundle, junit, metrics_file, pushgateway, store):
+        err_console.print(f"[dim]…[/] {line}", soft_wrap=True)
     table = Table(title=f"game day {result.plan.name} on {result.plan.target}")
     table.add_column("runbook")
     table.add_column("verdict")
@@ -84,31 +75,35 @@ def gameday_command(
         raise typer.Exit(1)
 
 
-def _publish(summary_bundle: Path, metrics_file: Path | None, pushgateway: str | None) -> str:
-    """The game day's verdicts and figures as Prometheus metrics: written, pushed, or both."""
-    from drillbook.evidence.catalog import read_row
+def _afterwards(summary_bundle: Path, junit: Path | None, metrics_file: Path | None, pushgateway: str | None,
+                store: "EvidenceStore | None") -> list[str]:
+    """What a game day hands on from its own bundle, finished or interrupted: JUnit XML, Prometheus
+    metrics (written, pushed) and a copy in the object store; one line for each done. The results
+    folder is verified once, for all of them."""
+    from drillbook.evidence import junit as junit_xml
+    from drillbook.evidence.catalog import gameday_rows
     from drillbook.evidence.metrics import VerdictMetrics
     from drillbook.evidence.verify import verify_path
 
-    summary = read_row(summary_bundle)
-    runs = [read_row(summary_bundle.parent / str(run["bundle"]))
-            for run in (summary.summary.metrics.get("runs", []) if summary.summary else [])]
-    metrics = VerdictMetrics()
-    metrics.add_runs(runs, verify_path(summary_bundle.parent).failed_bundles())
-    metrics.add_gameday(summary)
-    done = []
-    if metrics_file is not None:
-        done.append(f"metrics written to {metrics.write(metrics_file)}")
-    if pushgateway:
-        metrics.push(pushgateway, {"plan": summary.runbook.removeprefix("gameday-"), "target": summary.target})
-        done.append(f"metrics pushed to {pushgateway}")
-    return "; ".join(done)
-
-
-def _write_junit(summary_bundle: Path, output: Path) -> Path:
-    """The game day's runs (and the runbooks it never ran) as JUnit XML."""
-    from drillbook.evidence import junit
-    from drillbook.evidence.verify import verify_path
-
-    failed = verify_path(summary_bundle.parent).failed_bundles()
-    return junit.write(junit.gameday_suites(summary_bundle, failed), output, name=f"drillbook {summary_bundle.name}")
+    done: list[str] = []
+    if junit is not None or metrics_file is not None or pushgateway:
+        gameday = gameday_rows(summary_bundle)
+        failed = verify_path(summary_bundle.parent).failed_bundles()
+        if junit is not None:
+            written = junit_xml.write(junit_xml.gameday_suites(gameday, failed), junit,
+                                      name=f"drillbook {summary_bundle.name}")
+            done.append(f"JUnit XML written to {written}")
+        if metrics_file is not None or pushgateway:
+            metrics = VerdictMetrics()
+            metrics.add_gameday(gameday, failed)
+            if metrics_file is not None:
+                done.append(f"metrics written to {metrics.write(metrics_file)}")
+            if pushgateway:
+                metrics.push(pushgateway, {"plan": gameday.summary.gameday_plan or summary_bundle.name,
+                                           "target": gameday.summary.target})
+                done.append(f"metrics pushed to {pushgateway}")
+    if store is not None:
+        published = store.publish(summary_bundle.parent)
+        done.append(f"evidence published to {store.location}: {len(published.uploaded)} bundles written, "
+                    f"{len(published.present)} already there, locked until {published.retain_until}")
+    return done

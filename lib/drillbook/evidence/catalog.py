@@ -10,6 +10,8 @@ from pathlib import Path
 from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders
 from drillbook.evidence.summary import RunSummary
 
+GAMEDAY_PREFIX = "gameday-"  # a game day's own bundle is named for its plan: gameday-<plan>
+
 
 @dataclass(frozen=True)
 class BundleRow:
@@ -31,6 +33,11 @@ class BundleRow:
         from drillbook.scenarios import control_of
 
         return control_of(self.runbook)
+
+    @property
+    def gameday_plan(self) -> str | None:
+        """The plan's name when this is a game day's own bundle (its runs are bundles of their own)."""
+        return self.runbook.removeprefix(GAMEDAY_PREFIX) if self.runbook.startswith(GAMEDAY_PREFIX) else None
 
     @property
     def run_id(self) -> str:
@@ -102,3 +109,19 @@ def list_bundles(results_dir: Path) -> list[BundleRow]:
     """Every bundle, newest first."""
     rows = [read_row(folder) for folder in bundle_folders(Path(results_dir))]
     return sorted(rows, key=lambda row: (row.finished_at or row.name, row.name), reverse=True)
+
+
+@dataclass(frozen=True)
+class GameDayRows:
+    """One game day as its own bundle tells it: the summary, the runs it made, what it never ran."""
+
+    summary: BundleRow
+    runs: list[BundleRow]
+    not_run: list[str]
+
+
+def gameday_rows(summary_bundle: Path) -> GameDayRows:
+    summary = read_row(summary_bundle)
+    metrics = summary.summary.metrics if summary.summary is not None else {}
+    runs = [read_row(summary_bundle.parent / str(run["bundle"])) for run in metrics.get("runs", [])]
+    return GameDayRows(summary, runs, [str(name) for name in metrics.get("not_run", [])])

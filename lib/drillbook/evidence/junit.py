@@ -20,11 +20,10 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drillbook.evidence.catalog import BundleRow, read_row
+from drillbook.evidence.catalog import BundleRow, GameDayRows
 from drillbook.evidence.summary import SloCheck
 
 PASSING_VERDICTS = ("PASS", "FAIL")  # verdicts of a run that judged what it measured
-GAMEDAY_PREFIX = "gameday-"
 
 
 @dataclass
@@ -122,17 +121,13 @@ def write(suites: list[Suite], output: Path, name: str = "drillbook") -> Path:
 
 def report_suites(rows: list[BundleRow], failed: set[str]) -> list[Suite]:
     """Every run of a period, oldest first; game-day summaries are left out (their runs are in)."""
-    runs = [row for row in rows if not row.runbook.startswith(GAMEDAY_PREFIX)]
+    runs = [row for row in rows if row.gameday_plan is None]
     return [run_suite(row, failed) for row in sorted(runs, key=lambda r: (r.finished_at or r.name, r.name))]
 
 
-def gameday_suites(summary_bundle: Path, failed: set[str]) -> list[Suite]:
-    """The runs one game day made, from its own summary bundle, and the runbooks it never ran."""
-    summary = read_row(summary_bundle).summary
-    if summary is None:
-        return [not_run_suite(summary_bundle.name, "the game day's summary cannot be read")]
-    suites = [run_suite(read_row(summary_bundle.parent / str(run["bundle"])), failed)
-              for run in summary.metrics.get("runs", [])]
-    why = summary.reason or "the game day stopped"
-    suites.extend(not_run_suite(runbook, why) for runbook in summary.metrics.get("not_run", []))
-    return suites
+def gameday_suites(gameday: GameDayRows, failed: set[str]) -> list[Suite]:
+    """The runs one game day made, and the runbooks it never ran."""
+    if gameday.summary.summary is None:
+        return [not_run_suite(gameday.summary.name, "the game day's summary cannot be read")]
+    why = gameday.summary.summary.reason or "the game day stopped"
+    return [*(run_suite(row, failed) for row in gameday.runs), *(not_run_suite(name, why) for name in gameday.not_run)]

@@ -9,22 +9,14 @@ the resilience score; for a game day, whether it passed and when.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
-from drillbook.evidence.catalog import BundleRow
+from drillbook.evidence.catalog import BundleRow, GameDayRows
 
 RUN_LABELS = ("control", "runbook", "target")
 JOB = "drillbook"
-
-
-def timestamp(row: BundleRow) -> float | None:
-    try:
-        return datetime.fromisoformat(row.finished_at.replace("Z", "+00:00")).timestamp() if row.finished_at else None
-    except ValueError:
-        return None
 
 
 class VerdictMetrics:
@@ -49,11 +41,11 @@ class VerdictMetrics:
                                       ("plan", "target"))
 
     def add_runs(self, rows: list[BundleRow], failed: set[str]) -> None:
-        from drillbook.evidence.report import build_sections, resilience_score, run_passed, shown_verdict
+        from drillbook.evidence.report import build_sections, moment_of, resilience_score, run_passed, shown_verdict
 
         latest: dict[tuple[str, str, str], BundleRow] = {}
         for row in rows:
-            if row.runbook.startswith("gameday-"):
+            if row.gameday_plan is not None:
                 continue
             self.runs.labels(row.control, shown_verdict(row, failed)).inc()
             key = (row.control, row.runbook, row.target)
@@ -65,21 +57,26 @@ class VerdictMetrics:
         for key, row in latest.items():
             self.passed.labels(*key).set(int(run_passed(row, failed)))
             self.verdict.labels(*key, shown_verdict(row, failed)).set(1)
-            moment = timestamp(row)
+            moment = moment_of(row)
             if moment is not None:
-                self.finished.labels(*key).set(moment)
+                self.finished.labels(*key).set(moment.timestamp())
             for check in (row.summary.checks if row.summary else []):
                 if check.value is not None:
                     self.slo_value.labels(*key, check.name).set(check.value)
                 self.slo_threshold.labels(*key, check.name).set(check.threshold)
                 self.slo_passed.labels(*key, check.name).set(int(check.passed))
 
-    def add_gameday(self, summary: BundleRow) -> None:
-        plan, target = summary.runbook.removeprefix("gameday-"), summary.target
-        self.gameday_passed.labels(plan, target).set(int(summary.verdict == "PASS" and summary.status == "complete"))
-        moment = timestamp(summary)
+    def add_gameday(self, gameday: GameDayRows, failed: set[str]) -> None:
+        """A game day's runs, and whether the game day passed and when it finished."""
+        from drillbook.evidence.report import moment_of
+
+        self.add_runs(gameday.runs, failed)
+        summary = gameday.summary
+        labels = (summary.gameday_plan or summary.runbook, summary.target)
+        self.gameday_passed.labels(*labels).set(int(summary.verdict == "PASS" and summary.status == "complete"))
+        moment = moment_of(summary)
         if moment is not None:
-            self.gameday_finished.labels(plan, target).set(moment)
+            self.gameday_finished.labels(*labels).set(moment.timestamp())
 
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from drillbook.errors import ConfigError, DrillbookError, TargetUnreachable
 from drillbook.evidence.bundle import MANIFEST, bundle_folders
 from drillbook.evidence.ledger import LEDGER, parse_ledger
+from drillbook.evidence.verify import EvidenceSource, Finding
 
 SCHEME = "s3://"
 HEAD = "head.json"
@@ -90,13 +91,6 @@ class Published:
     present: list[str] = field(default_factory=list)  # bundles already in the store, unchanged
     ledger_entries: int = 0
     retain_until: str = ""
-
-
-@dataclass(frozen=True)
-class StoreFinding:
-    bundle: str
-    kind: str
-    detail: str
 
 
 @dataclass
@@ -208,11 +202,11 @@ class EvidenceStore:
             response.close()
             response.release_conn()
 
-    def download(self, dest: Path) -> tuple[list[StoreFinding], dict[str, Any] | None]:
-        """The evidence as the chain vouches for it, into dest; findings for what the store shows
-        beyond it; and the newest published head (None when none was published)."""
+    def download(self, dest: Path) -> EvidenceSource:
+        """The evidence as the chain vouches for it, into dest; returned: this store, with the
+        findings for what it shows beyond that, and the newest head published there."""
         versions = self._versions()
-        findings: list[StoreFinding] = []
+        findings: list[Finding] = []
         strip = len(self.location.key()) + 1 if self.location.prefix else 0
 
         def relative(name: str) -> str:
@@ -222,23 +216,23 @@ class EvidenceStore:
             where = relative(name).split("/", 1)[0]
             bundle = "ledger" if where in (LEDGER, HEAD) else where
             if any(v.delete_marker for v in kept):
-                findings.append(StoreFinding(bundle, "store-deleted", f"{relative(name)} was deleted in the store "
+                findings.append(Finding(bundle, "store-deleted", f"{relative(name)} was deleted in the store "
                                                                       "(a delete marker); its locked version is kept"))
             real = [v for v in kept if not v.delete_marker]
             if len(real) > 1 and where not in (LEDGER, HEAD):
-                findings.append(StoreFinding(bundle, "store-overwritten",
+                findings.append(Finding(bundle, "store-overwritten",
                                              f"{relative(name)} has {len(real)} versions: it was written again after "
                                              "it was published; the version the chain vouches for is verified"))
         ledger_versions = [v for v in versions.get(self.location.key(LEDGER), []) if not v.delete_marker]
         texts = {id(v): self._read(v) for v in ledger_versions}
         ledger = max(texts.values(), key=len) if texts else b""  # every publish only ever adds entries
         if any(not ledger.startswith(text) for text in texts.values()):
-            findings.append(StoreFinding("ledger", "store-history-rewritten",
+            findings.append(Finding("ledger", "store-history-rewritten",
                                          "published versions of the ledger disagree: one is not a prefix of the "
                                          "longest, so entries were changed after they were published"))
         newest = next((v for v in ledger_versions if v.latest), None)
         if newest is not None and len(texts[id(newest)]) < len(ledger):
-            findings.append(StoreFinding("ledger", "store-history-cut",
+            findings.append(Finding("ledger", "store-history-cut",
                                          "the newest version of the ledger in the store holds fewer entries than an "
                                          "earlier one; the longer, locked version is verified"))
         dest.mkdir(parents=True, exist_ok=True)
@@ -264,7 +258,7 @@ class EvidenceStore:
                 try:
                     head = json.loads(data) if data else None
                 except ValueError:
-                    findings.append(StoreFinding("ledger", "store-head-damaged", f"{HEAD} in the store is not JSON"))
+                    findings.append(Finding("ledger", "store-head-damaged", f"{HEAD} in the store is not JSON"))
                 continue
             if path == LEDGER or "/" not in path or path.endswith("/" + MANIFEST) and path.count("/") == 1:
                 continue
@@ -273,7 +267,7 @@ class EvidenceStore:
             data = self._choose(kept, listed.get("sha256"))
             if data is not None:
                 self._write(dest, path, data)
-        return findings, head
+        return EvidenceSource(str(self.location), findings, head)
 
     def _choose(self, kept: list[Version], sha256: str | None) -> bytes | None:
         """The version whose digest is the one vouched for; else the newest (verify says what is wrong)."""

@@ -24,7 +24,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow, list_bundles
-from drillbook.evidence.verify import TRUSTED, UNSIGNED, VerifyReport, verify_path
+from drillbook.evidence.verify import TRUSTED, UNSIGNED, EvidenceSource, VerifyReport, verify_evidence
 from drillbook.plots import pyplot
 from drillbook.scenarios import Figure, Scenario, controls
 
@@ -240,65 +240,64 @@ def signatures_line(verification: VerifyReport, trusted: set[str] | None) -> str
 
 
 @dataclass
-class EvidenceSource:
-    """Where evidence was read from when that is not a local results folder (an object store),
-    with the findings that place adds to verification, and the head it keeps."""
+class PeriodEvidence:
+    """The bundles of a period and the verification of their results folder, read once for every
+    output made of them (the page, JUnit XML, metrics)."""
 
-    name: str
-    findings: list[tuple[str, str, str]] = field(default_factory=list)  # (bundle, kind, detail)
-    head: dict | None = None
+    results_dir: Path
+    period: Period
+    rows: list[BundleRow]
+    verification: VerifyReport
+    trusted: set[str] | None = None
+    source: EvidenceSource | None = None
 
-    def apply(self, report: VerifyReport) -> VerifyReport:
-        for bundle, kind, detail in self.findings:
-            report.add(bundle, kind, detail)
-        return report
+    @classmethod
+    def read(cls, results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
+             until: datetime | None = None, source: EvidenceSource | None = None) -> "PeriodEvidence":
+        """source: where the evidence was read from, with what that place itself showed (an
+        object store's findings and head), when it is not the results folder itself."""
+        period = Period(since, until)
+        rows = [r for r in list_bundles(results_dir) if period.holds(r)]
+        return cls(results_dir, period, rows, verify_evidence(results_dir, trusted, source), trusted, source)
 
-
-def period_rows(results_dir: Path, trusted: set[str] | None, period: "Period",
-                source: EvidenceSource | None = None) -> tuple[list[BundleRow], VerifyReport]:
-    """The bundles of the period, and the verification of the whole results folder."""
-    rows = [r for r in list_bundles(results_dir) if period.holds(r)]
-    report = verify_path(results_dir, trusted, expected_head=source.head if source else None,
-                         head_source=source.name if source else "")
-    return rows, source.apply(report) if source else report
+    @property
+    def failed(self) -> set[str]:
+        return self.verification.failed_bundles()
 
 
 def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                  until: datetime | None = None, source: EvidenceSource | None = None) -> str:
-    """source: where the evidence was read from, with what that place itself showed (an object
-    store's findings), when it is not the results folder itself."""
-    period = Period(since, until)
-    rows, verification = period_rows(results_dir, trusted, period, source)
-    failed = verification.failed_bundles()
+                  until: datetime | None = None) -> str:
+    return render(PeriodEvidence.read(results_dir, trusted, since, until))
+
+
+def render(evidence: PeriodEvidence) -> str:
+    rows, verification, failed = evidence.rows, evidence.verification, evidence.failed
     sections = build_sections(rows, failed)
     scored = {s.control.control for s in sections}
-    gamedays = [r for r in rows if r.runbook.startswith("gameday-")]
+    gamedays = [r for r in rows if r.gameday_plan is not None]
     others = [r for r in rows if r.control not in scored and r not in gamedays]
     environment = Environment(loader=PackageLoader("drillbook.evidence", "templates"),
                               autoescape=select_autoescape(["html", "j2"]))
     template = environment.get_template("report.html.j2")
     return template.render(
         generated_at=_stamp(datetime.now(timezone.utc)), version=__version__,
-        results_dir=source.name if source else str(results_dir),
-        period=period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
+        results_dir=evidence.source.name if evidence.source else str(evidence.results_dir),
+        period=evidence.period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
         score=resilience_score(sections), score_definition=SCORE_DEFINITION,
         findings=verification.findings, failed=failed, checked=len(verification.checked),
-        signatures=signatures_line(verification, trusted), shown_verdict=shown_verdict,
+        signatures=signatures_line(verification, evidence.trusted), shown_verdict=shown_verdict,
         history=verification.entries,
     )
 
 
-def write_report(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                 until: datetime | None = None, source: EvidenceSource | None = None) -> Path:
+def write_report(evidence: PeriodEvidence, output: Path) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_report(results_dir, trusted, since, until, source), encoding="utf-8")
+    output.write_text(render(evidence), encoding="utf-8")
     return output
 
 
-def write_junit(results_dir: Path, output: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                until: datetime | None = None, source: EvidenceSource | None = None) -> Path:
+def write_junit(evidence: PeriodEvidence, output: Path) -> Path:
     """The period's runs as JUnit XML (drillbook.evidence.junit): one suite per run."""
     from drillbook.evidence import junit
 
-    rows, verification = period_rows(results_dir, trusted, Period(since, until), source)
-    return junit.write(junit.report_suites(rows, verification.failed_bundles()), output)
+    return junit.write(junit.report_suites(evidence.rows, evidence.failed), output)

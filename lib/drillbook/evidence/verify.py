@@ -275,3 +275,27 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     if expected_head is not None:
         check_head(entries, expected_head, head_source or "the kept head", trusted, require_signed, report)
     return report
+
+
+@dataclass
+class EvidenceSource:
+    """Where evidence was read from when that is not a local results folder (an object store):
+    the findings that place adds to verification, and the ledger head it keeps."""
+
+    name: str
+    findings: list[Finding] = field(default_factory=list)
+    head: dict[str, Any] | None = None
+
+
+def verify_evidence(results_dir: Path, trusted: set[str] | None = None, source: EvidenceSource | None = None, *,
+                    require_signed: bool = False, expected_head: dict[str, Any] | None = None,
+                    head_source: str = "") -> VerifyReport:
+    """verify_path, and for evidence read from elsewhere its findings and, unless another head is
+    given, the head kept there."""
+    if source is not None and expected_head is None:
+        expected_head, head_source = source.head, source.name
+    report = verify_path(results_dir, trusted, require_signed=require_signed, expected_head=expected_head,
+                         head_source=head_source)
+    if source is not None:
+        report.findings.extend(source.findings)
+    return report

@@ -21,6 +21,7 @@ from typing import Callable
 
 from drillbook.config import SandboxConfig
 from drillbook.errors import PortInUse, SandboxAlreadyRunning, SandboxNotRunning, SandboxStartFailed
+from drillbook.ports import free_port
 from drillbook.sandbox.client import ControlClient
 from drillbook.sandbox.runtime import Runtime
 from drillbook.sandbox.store import PostgresStore
@@ -113,24 +114,6 @@ def check_port_free(port: int) -> None:
             raise PortInUse(f"port {port} on 127.0.0.1 is already in use; pick another with --gateway-port") from None
 
 
-STABLE_PORTS = range(20000, 32768)  # below Linux's ephemeral range, which outgoing connections draw from
-
-
-def free_port() -> int:
-    """A free port for the gateway, picked below the ephemeral range: a port the kernel hands out
-    for binding to 0 can be taken by any outgoing loopback connection before the gateway binds it."""
-    import random
-
-    for port in random.sample(STABLE_PORTS, 200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _clear(state_dir: Path) -> None:

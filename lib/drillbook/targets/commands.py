@@ -33,6 +33,7 @@ def command_found(line: str, folder: Path) -> str | None:
 class CommandsTarget(ProfileTarget):
     kind = "commands"
     granted = "commands found"
+    _status_problem: str | None = None  # the agent's status is asked once per target check
 
     def _line(self, where: str, action: str) -> str | None:
         if where == STORE:
@@ -64,8 +65,6 @@ class CommandsTarget(ProfileTarget):
             if self._status_problem:
                 why.append(self._status_problem)
         return why
-
-    _status_problem: str | None = None  # asked once per target check
 
     def has(self, role: str) -> bool:
         spec = self.profile.role(role)
