@@ -26,6 +26,7 @@ import httpx
 from drillbook.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
+    from drillbook.agentapi import ReadBack
     from drillbook.profile import LoadedProfile
 
 VERIFIER_GROUP = "drillbook.verifiers"
@@ -34,25 +35,30 @@ NOT_VERIFIABLE = "none"
 
 @dataclass(frozen=True)
 class StoredTurn:
-    """One turn as a workload reports it stored: position, digest, and what else it offers."""
+    """One turn as a workload reports it stored: what it offers of position, digest, idempotency
+    key, link to its predecessor and the input it was sent (None: not offered)."""
 
-    seq: int
-    hash: str
+    seq: int | None = None
+    hash: str | None = None
     idempotency_key: str | None = None
     prev_hash: str | None = None
+    content: str | None = None
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """What a client holds after a turn was acknowledged."""
+    """drillbook's own record of an acknowledged turn: what it sent (``sent``, the input text, and
+    its idempotency key), when it was acknowledged (which orders a session's receipts), and the
+    position and digest the acknowledgement carried where the API gives them (else None)."""
 
     session_id: str
     tenant: str
-    seq: int
-    hash: str
+    seq: int | None
+    hash: str | None
     idempotency_key: str | None = None
     attempts: int = 1
     acked_at: float = 0.0
+    sent: str | None = None
 
 
 def read_receipts(paths: Iterable[Path]) -> list[Receipt]:
@@ -78,9 +84,10 @@ class Verifier(Protocol):
 
 
 class ReadBackVerifier:
-    """Any workload that serves the read-back contract: GET the profile's readback path for a
-    session, answered with ``{"turns": [{"seq", "hash", "idempotency_key"?, "prev_hash"?}]}``
-    in order. Chains are checked where turns carry prev_hash (each links to its predecessor)."""
+    """Any workload with a read-back: GET the profile's ``delivery.readback_path`` for a session and
+    find its stored turns through ``delivery.mapping`` (JMESPath; the defaults are the read-back
+    contract's ``{"turns": [{"seq", "hash", "idempotency_key"?, "prev_hash"?}]}``). A chain is
+    checked only where the turns carry one (prev_hash links each to its predecessor's hash)."""
 
     def __init__(self, gateway_url: str, tenant_keys: dict[str, str], profile: "LoadedProfile",
                  timeout: float = 30.0) -> None:
@@ -88,26 +95,52 @@ class ReadBackVerifier:
         self._keys = tenant_keys
         self._api = profile.spec.api
         self._path = profile.spec.delivery.readback_path
+        self._mapping = profile.spec.delivery.mapping
 
     def close(self) -> None:
         self._http.close()
 
+    def answer(self, tenant: str, session_id: str) -> httpx.Response:
+        return self._http.get(self._path.replace("{session}", session_id), headers=self._api.auth(self._keys[tenant]))
+
     def read(self, tenant: str, session_id: str) -> list[StoredTurn] | None:
-        response = self._http.get(self._path.replace("{session}", session_id), headers=self._api.auth(self._keys[tenant]))
+        response = self.answer(tenant, session_id)
         if response.status_code == 404:
             return None
         if response.status_code != 200:
             raise DeliveryError(f"reading session {session_id} back failed: HTTP {response.status_code}")
         try:
-            return [StoredTurn(int(t["seq"]), str(t["hash"]), t.get("idempotency_key"), t.get("prev_hash"))
-                    for t in response.json()["turns"]]
-        except (ValueError, KeyError, TypeError):
-            raise DeliveryError(f"reading session {session_id} back: the answer does not follow the read-back "
-                                "contract (turns with seq and hash)") from None
+            return stored_turns(response.json(), self._mapping)
+        except ValueError as error:
+            raise DeliveryError(f"reading session {session_id} back: {error}") from None
 
     def chain_ok(self, session_id: str, turns: Sequence[Any]) -> bool:
-        return all(later.prev_hash is None or later.prev_hash == earlier.hash
-                   for earlier, later in zip(turns, turns[1:]))
+        return linked(turns)
+
+
+def linked(turns: Sequence[Any]) -> bool:
+    """Each turn that names its predecessor's digest names the right one (no link: nothing to check)."""
+    return all(getattr(later, "prev_hash", None) is None or later.prev_hash == getattr(earlier, "hash", None)
+               for earlier, later in zip(turns, turns[1:]))
+
+
+def stored_turns(answer: Any, mapping: "ReadBack") -> list[StoredTurn]:
+    """The stored turns a read-back answer carries, through the profile's mapping."""
+    from drillbook.agentapi import pick
+
+    found = pick(mapping.turns, answer)
+    if not isinstance(found, list):
+        raise ValueError(f"delivery.mapping.turns {mapping.turns!r} selects no list of turns in the answer")
+    turns = []
+    for turn in found:
+        seq = pick(mapping.seq, turn)
+        try:
+            seq = None if seq is None else int(seq)
+        except (TypeError, ValueError):
+            raise ValueError(f"delivery.mapping.seq {mapping.seq!r} selects {seq!r}, not a number") from None
+        turns.append(StoredTurn(seq, *(None if (v := pick(getattr(mapping, name), turn)) is None else str(v)
+                                       for name in ("hash", "idempotency_key", "prev_hash", "content"))))
+    return turns
 
 
 def readback_verifier(gateway_url: str, tenant_keys: dict[str, str], profile: "LoadedProfile") -> ReadBackVerifier:
@@ -219,6 +252,50 @@ class DeliveryReport:
                 "broken_chains": self.broken_chains, "delivered": self.ok}
 
 
+MATCH_BASES = ("idempotency_key", "content", "seq")  # how receipts find their stored turns, first offered wins
+
+
+def match_basis(acks: Sequence[Receipt], stored: Sequence[Any]) -> str | None:
+    """What a session's receipts and its stored turns both carry: the idempotency key drillbook
+    sent, else the input it sent (content), else the position the acknowledgement gave."""
+    mine = {"idempotency_key": lambda a: a.idempotency_key, "content": lambda a: a.sent, "seq": lambda a: a.seq}
+    for basis in MATCH_BASES:
+        if any(mine[basis](a) is not None for a in acks) and any(getattr(t, basis, None) is not None for t in stored):
+            return basis
+    return None
+
+
+def audit_session(session_id: str, acks: Sequence[Receipt], stored: Sequence[Any], chain_ok: bool) -> SessionAudit:
+    """One session's receipts, in the order they were acknowledged, against its stored turns."""
+    acks = sorted(acks, key=lambda a: a.acked_at)
+    audit = SessionAudit(session_id, acks[0].tenant, len(acks), len(stored), chain_ok=chain_ok)
+    basis = match_basis(acks, stored)
+    sent_value = {"idempotency_key": lambda a: a.idempotency_key, "content": lambda a: a.sent,
+                  "seq": lambda a: a.seq}.get(basis or "", lambda a: None)
+    positions: dict[Any, list[int]] = {}
+    for index, turn in enumerate(stored):
+        value = getattr(turn, basis, None) if basis else None
+        if value is not None:
+            positions.setdefault(value, []).append(index)
+    matched = []
+    for order, ack in enumerate(acks, start=1):
+        found = positions.get(sent_value(ack)) if basis else None
+        turn = stored[found[0]] if found else None
+        if turn is None or (ack.hash is not None and getattr(turn, "hash", None) not in (None, ack.hash)):
+            audit.lost.append(ack.seq if ack.seq is not None else order)
+        else:
+            matched.append(found[0])
+    sent = Counter(sent_value(a) for a in acks if sent_value(a) is not None)
+    audit.duplicated = (sum(len(positions.get(value, [])) - 1 for value in sent if len(positions.get(value, [])) > 1)
+                        + sum(n - 1 for n in Counter(a.idempotency_key for a in acks
+                                                     if a.idempotency_key is not None).values() if n > 1))
+    seqs = [getattr(turn, "seq", None) for turn in stored]
+    acked_seqs = [a.seq for a in acks if a.seq is not None]
+    audit.out_of_order = ((all(seq is not None for seq in seqs) and seqs != list(range(1, len(seqs) + 1)))
+                          or matched != sorted(matched) or acked_seqs != sorted(acked_seqs))
+    return audit
+
+
 def audit_delivery(receipts: Iterable[Receipt], verifier: Verifier | None) -> DeliveryReport:
     """Check every receipt against the stored sessions, session by session (None: not verifiable)."""
     by_session: dict[str, list[Receipt]] = {}
@@ -229,16 +306,5 @@ def audit_delivery(receipts: Iterable[Receipt], verifier: Verifier | None) -> De
     audits = []
     for session_id, acks in sorted(by_session.items()):
         stored = verifier.read(acks[0].tenant, session_id) or []
-        audit = SessionAudit(session_id, acks[0].tenant, len(acks), len(stored))
-        stored_at = {turn.seq: turn for turn in stored}
-        audit.lost = sorted(a.seq for a in acks if stored_at.get(a.seq) is None or stored_at[a.seq].hash != a.hash)
-        stored_keys = Counter(t.idempotency_key for t in stored if t.idempotency_key is not None)
-        acked_keys = Counter(a.idempotency_key for a in acks if a.idempotency_key is not None)
-        audit.duplicated = (sum(n - 1 for n in stored_keys.values() if n > 1)
-                            + sum(n - 1 for n in acked_keys.values() if n > 1))
-        seqs = [turn.seq for turn in stored]
-        acked_order = [a.seq for a in sorted(acks, key=lambda a: a.acked_at)]
-        audit.out_of_order = seqs != list(range(1, len(seqs) + 1)) or acked_order != sorted(acked_order)
-        audit.chain_ok = verifier.chain_ok(session_id, stored)
-        audits.append(audit)
+        audits.append(audit_session(session_id, acks, stored, verifier.chain_ok(session_id, stored)))
     return DeliveryReport(audits)

@@ -35,7 +35,8 @@ from drillbook.errors import ConfigError, LoadRunOverran
 from drillbook.measure import percentile
 from drillbook.ports import free_port
 from drillbook.processes import ProcessLedger, die_with_parent
-from drillbook.profile import AgentApi, format_tenant_keys
+from drillbook.agentapi import AgentApi
+from drillbook.profile import format_tenant_keys
 
 STARTUP_MARGIN_S = 30.0
 WORKERS_MAX_WAIT_S = 30  # how long a master waits for its workers to connect before giving up

@@ -37,7 +37,8 @@ from locust import FastHttpUser, events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from drillbook.profile import AgentApi, parse_tenant_keys
+from drillbook.agentapi import AgentApi
+from drillbook.profile import parse_tenant_keys
 
 TURN_RETRIES = 5
 RETRYABLE_STATUS = {0, 429, 502, 503, 504}
@@ -143,11 +144,14 @@ def tenant_keys(environment: Environment) -> dict[str, str]:
     return parse_tenant_keys(environment.parsed_options.tenant_keys)
 
 
-def acknowledged(session_id: str, tenant: str, seq: int, digest: str, idempotency_key: str | None = None,
-                 attempts: int = 1) -> None:
-    """Keep a receipt of an acknowledged turn, for the delivery audit (for your own locustfile)."""
+def acknowledged(session_id: str, tenant: str, seq: int | None, digest: str | None,
+                 idempotency_key: str | None = None, attempts: int = 1, sent: str | None = None) -> None:
+    """Keep a receipt of an acknowledged turn, for the delivery audit (for your own locustfile):
+    what was sent (its input text and idempotency key) and the position and digest the
+    acknowledgement carried, where the API gives them."""
     recorder.receipt({"session_id": session_id, "tenant": tenant, "seq": seq, "hash": digest,
-                      "idempotency_key": idempotency_key, "attempts": attempts, "acked_at": time.time()})
+                      "idempotency_key": idempotency_key, "attempts": attempts, "acked_at": time.time(),
+                      "sent": sent})
 
 
 @events.init.add_listener
@@ -219,13 +223,20 @@ class AgentClientUser(FastHttpUser):
         self.auth = self.api.auth(key)
         self.session_id = None
         self.turn_index = 0
+        if self.api.mints_sessions():
+            self.session_id = self.api.minted_session()
+            return
         for attempt in range(TURN_RETRIES):
-            with self.client.post(self.api.open_session, headers=self.auth, name="open session",
-                                  catch_response=True) as response:
+            with self.client.post(self.api.open_session, json=self.api.open_body(), headers=self.auth,
+                                  name="open session", catch_response=True) as response:
                 if response.status_code in (200, 201):
-                    self.session_id = str(response.json()[self.api.session_id_field])
-                    return
-                response.failure(f"open session: HTTP {response.status_code}")
+                    self.session_id = self.api.session_id_of(response.json())
+                    if self.session_id is not None:
+                        return
+                    response.failure(f"open session: api.session_id_field {self.api.session_id_field!r} "
+                                     "selects nothing in the answer")
+                else:
+                    response.failure(f"open session: HTTP {response.status_code}")
             gevent.sleep(min(2.0, 0.1 * 2 ** attempt))
 
     def run_turn(self, max_tokens: int = 0, name: str = "turn") -> None:
@@ -236,15 +247,15 @@ class AgentClientUser(FastHttpUser):
                 return
         self.turn_index += 1
         key = uuid.uuid4().hex
-        body = self.api.turn_body(f"turn {self.turn_index} of {self.session_id}", max_tokens)
+        text = f"turn {self.turn_index} of {self.session_id}"
+        body = self.api.turn_body_for(text, self.session_id, key, max_tokens)
         path = self.api.turn_path(self.session_id)
         for attempt in range(1, TURN_RETRIES + 1):
-            with self.client.post(path, json=body, headers={**self.auth, self.api.idempotency_header: key},
+            with self.client.post(path, json=body, headers={**self.auth, **self.api.turn_headers(key)},
                                   name=name, catch_response=True) as response:
                 if response.status_code in (200, 201):
-                    ack = response.json()
-                    acknowledged(self.session_id, self.tenant, ack[self.api.ack_seq_field],
-                                 ack[self.api.ack_digest_field], key, attempt)
+                    ack = self.api.acknowledgement(response.json())
+                    acknowledged(self.session_id, self.tenant, ack.seq, ack.digest, key, attempt, sent=text)
                     return
                 response.failure(f"HTTP {response.status_code}")
                 if response.status_code not in RETRYABLE_STATUS:

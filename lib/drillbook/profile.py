@@ -28,6 +28,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from drillbook import project
+from drillbook.agentapi import AgentApi, ReadBack
 from drillbook.config import StrictModel, validation_line
 from drillbook.errors import ConfigError
 
@@ -113,55 +114,18 @@ class Workload(StrictModel):
         return url.rstrip("/") if url else url
 
 
-class AgentApi(StrictModel):
-    """How clients speak to the agent API. The defaults are the reference platform's.
-
-    Paths may hold {session}; the turn body is {input_field: text}. An acknowledgement carries
-    the turn's position and digest (ack_seq_field, ack_digest_field), which become receipts.
-    """
-
-    auth_header: str = "Authorization"
-    auth_scheme: str = Field("Bearer", description="prefix before the key; empty sends the key alone")
-    open_session: str = "/v1/sessions"
-    session_id_field: str = "session_id"
-    turn: str = "/v1/sessions/{session}/turns"
-    input_field: str = "input"
-    max_tokens_field: str | None = "max_tokens"
-    idempotency_header: str = "Idempotency-Key"
-    ack_seq_field: str = "seq"
-    ack_digest_field: str = "hash"
-    stream_query: str | None = Field("stream=true", description="query that streams tokens; none: not streamed")
-
-    @field_validator("turn")
-    @classmethod
-    def _has_session(cls, path: str) -> str:
-        if "{session}" not in path:
-            raise ValueError("the turn path must contain {session}")
-        return path
-
-    def auth(self, key: str) -> dict[str, str]:
-        return {self.auth_header: f"{self.auth_scheme} {key}" if self.auth_scheme else key}
-
-    def turn_path(self, session_id: str) -> str:
-        return self.turn.replace("{session}", session_id)
-
-    def turn_body(self, text: str, max_tokens: int | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {self.input_field: text}
-        if max_tokens and self.max_tokens_field:
-            body[self.max_tokens_field] = max_tokens
-        return body
-
-
 class Delivery(StrictModel):
     """How the delivery audit reads sessions back.
 
     verifier: the name of an entry point in the ``drillbook.verifiers`` group (drillbook ships
-    ``reference`` and ``readback``), or ``none`` when the workload offers no read-back: the
+    ``reference`` and ``readback``; ``readback`` reads readback_path through ``mapping``), or ``none`` when the workload offers no read-back: the
     delivery checks are then reported not verifiable, and the verdict cannot be PASS.
     """
 
     verifier: str = "readback"
     readback_path: str = Field("/v1/sessions/{session}", description="GET: the session's acknowledged turns")
+    mapping: ReadBack = Field(default_factory=ReadBack, description="where the read-back answer carries each "
+                                                                     "stored turn and its fields (JMESPath)")
     options: dict[str, Any] = Field(default_factory=dict, description="passed to the verifier")
 
 
@@ -330,12 +294,50 @@ def parse_profile(text: str, path: Path) -> LoadedProfile:
         raise ConfigError(f"{path.name} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path.name}: a profile is a mapping of fields")
+    data = with_preset(data, path)
     try:
         spec = TargetProfile.model_validate(data)
     except ValidationError as error:
         raise ConfigError(f"{path.name}: {validation_line(error)}") from None
     _check_slos(spec, path)
     return LoadedProfile(spec, path)
+
+
+def with_preset(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The profile over its preset: ``preset: NAME`` names a fragment in targets/presets/ (the
+    project's own, else a shipped one: the agent APIs people run), which the profile's own fields
+    override, mapping by mapping (a list or a value replaces the preset's)."""
+    name = data.get("preset")
+    if name is None:
+        return data
+    if not isinstance(name, str):
+        raise ConfigError(f"{path.name}: invalid preset: a preset name, known: {', '.join(project.names(project.PRESETS))}")
+    fragment_path = _preset_by_name(name, path)
+    try:
+        fragment = yaml.safe_load(fragment_path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"preset {fragment_path.name} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(fragment, dict) or "preset" in fragment:
+        raise ConfigError(f"preset {fragment_path.name}: a preset is a mapping of profile fields, without a preset")
+    fragment.pop("about", None)  # what the preset is for; not a profile field
+    own = {key: value for key, value in data.items() if key != "preset"}
+    return _merged(fragment, own)
+
+
+def _preset_by_name(name: str, path: Path) -> Path:
+    try:
+        return project.find(project.PRESETS, name)
+    except ConfigError:
+        known = ", ".join(project.names(project.PRESETS)) or "none"
+        raise ConfigError(f"{path.name}: invalid preset: unknown preset {name!r}; known: {known}") from None
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = (_merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict)
+                       else value)
+    return merged
 
 
 def _check_slos(spec: TargetProfile, path: Path) -> None:

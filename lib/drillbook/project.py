@@ -43,6 +43,7 @@ EXPERIMENTS = Kind("experiment", ("experiments",), (".yaml", ".yml", ".json"))
 LOAD_PROFILES = Kind("load profile", ("loadtests",), (".py",), dashes_for_underscores=True)
 PLANS = Kind("game-day plan", ("gamedays",), (".yaml", ".yml"))
 TARGETS = Kind("target", ("targets",), (".yaml", ".yml"))
+PRESETS = Kind("target preset", ("targets/presets",), (".yaml", ".yml"))  # profile fragments (profile.preset)
 
 
 def shipped_dir() -> Path | None:

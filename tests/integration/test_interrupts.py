@@ -28,7 +28,7 @@ from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-HA = ["run", "ha-replica-loss", "-p", "duration_s=10", "-p", "kill_after_s=2", "-p", "users=4"]
+HA = ["run", "ha-replica-loss", "-p", "duration_s=10", "-p", "kill_after_s=2", "-p", "max_recovery_s=6", "-p", "users=4"]
 
 
 def replicas(handle) -> dict[str, int]:
@@ -257,7 +257,7 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"name": "short", "target": "sandbox", "runbooks": [
         {"runbook": "cold-start", "parameters": {"trials": 1}},
-        {"runbook": "ha-replica-loss", "parameters": {"duration_s": 10, "kill_after_s": 2, "users": 4}},
+        {"runbook": "ha-replica-loss", "parameters": {"duration_s": 10, "kill_after_s": 2, "max_recovery_s": 6, "users": 4}},
         {"runbook": "restore-drill"}]}))
     state, results = tmp_path / "state", tmp_path / "results"
     junit = tmp_path / "gameday.xml"

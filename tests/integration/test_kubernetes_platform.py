@@ -48,7 +48,7 @@ def ready(k8s_cluster, platform: Platform, name: str) -> int:
                .status.ready_replicas or 0)
 
 
-HA = {"users": "6", "duration_s": "14.0", "kill_after_s": "3.0", "think_time_s": "0.1", "max_recovery_s": "15.0"}
+HA = {"users": "6", "duration_s": "20.0", "kill_after_s": "3.0", "think_time_s": "0.1", "max_recovery_s": "15.0"}
 
 
 def test_ha_runbook_on_kubernetes_passes_and_the_replicaset_replaces_the_pod(k8s_cluster, k8s_platform, tmp_path):

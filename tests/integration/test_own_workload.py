@@ -82,7 +82,7 @@ def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent"
                 "max_tokens_field": None, "idempotency_header": "X-Request-Id", "ack_seq_field": "index",
                 "ack_digest_field": "digest", "stream_query": None},
         "delivery": {"verifier": verifier},
-        "slos": {"ha-replica-loss": {"max_recovery_s": 15.0}},
+        "slos": {"ha-replica-loss": {"max_recovery_s": 9.0}},
     }, sort_keys=False))
     return path
 
@@ -148,7 +148,7 @@ def test_ha_runbook_passes_on_a_workload_known_only_by_its_profile(tinyagent, tm
     assert found["acknowledged_turns"] > 20 and len(found["killed_replicas"]) == 1
     assert found["replicas_recovered_s"] is not None
     # The profile's SLO replaced the notebook's default; the run's evidence says which profile.
-    assert json.loads((executed.bundle / "manifest.json").read_text())["parameters"]["max_recovery_s"] == 15.0
+    assert json.loads((executed.bundle / "manifest.json").read_text())["parameters"]["max_recovery_s"] == 9.0
     assert "red-secret-1" not in (executed.bundle / "runbook.ipynb").read_text()
     assert (executed.bundle / "target-profile.yaml").exists()
     assert verify_path(tmp_path / "results").ok

@@ -142,7 +142,8 @@ def test_a_failing_cell_is_error_with_the_cell_named_and_the_target_rolled_back(
 
 def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=200)
-    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3"},
+    executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3",
+                                                     "max_recovery_s": "7"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
     assert executed.verdict == "PASS", executed.summary
     values = run_recorded(executed.bundle)["values"]
@@ -155,7 +156,7 @@ def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp
 def test_ha_with_load_workers_audits_every_workers_turns(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=200)
     executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3",
-                                                     "load_workers": "2"},
+                                                     "max_recovery_s": "7", "load_workers": "2"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
     assert executed.verdict == "PASS", executed.summary
     receipts = [p for p in (executed.bundle / "load").glob("receipts-*.jsonl") if p.stat().st_size]
@@ -168,7 +169,7 @@ def test_ha_with_load_workers_audits_every_workers_turns(sandbox_factory, tmp_pa
 def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=100, defects=["no-retries"])
     executed = execute("ha-replica-loss", overrides={"users": "10", "duration_s": "8", "kill_after_s": "3",
-                                                     "think_time_s": "0.0"},
+                                                     "max_recovery_s": "3", "think_time_s": "0.0"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
     assert executed.verdict == "FAIL"
     assert run_recorded(executed.bundle)["values"]["error_rate_fault"] > 0

@@ -52,7 +52,7 @@ def changed(base: dict, path: str, value: object) -> dict:
     (changed(COMMANDS, "tenants.team-a.key_env", "sk-live-123"),
      "p.yaml: invalid tenants.team-a.key_env: 'sk-live-123' is not an environment variable name"),
     (changed(COMMANDS, "tenants.team-a.key", "secret"), "p.yaml: invalid tenants.team-a.key: Extra inputs"),
-    (changed(COMMANDS, "api.turn", "/v1/turns"), "p.yaml: invalid api.turn: the turn path must contain {session}"),
+    (changed(COMMANDS, "api.turn", "/v1/turns"), "p.yaml: invalid api: the turn path or turn_body must contain {session}"),
     (changed(COMMANDS, "workload.agent", {"deployment": "agent"}),
      "p.yaml: invalid input: kind commands needs workload.agent.commands"),
     (changed(COMMANDS, "workload.agent", {"commands": {"kill": "x"}}),

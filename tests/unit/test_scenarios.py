@@ -60,6 +60,8 @@ def test_an_undeclared_runbook_has_the_unknown_control():
 @pytest.mark.parametrize(("runbook", "overrides", "message"), [
     ("ha-replica-loss", {"kill_count": "0"}, "invalid kill_count"),
     ("ha-replica-loss", {"kill_after_s": "16"}, "must be below duration_s"),
+    ("ha-replica-loss", {"duration_s": "12"}, "duration_s 12 cannot cover a recovery: the kill at kill_after_s 4s, "
+                                             "max_recovery_s 10s and 2s held at baseline need duration_s >= 16"),
     ("ha-replica-loss", {"users": "0"}, "invalid users"),
     ("ha-replica-loss", {"max_error_rate": "1.5"}, "invalid max_error_rate"),
     ("cold-start", {"trials": "0"}, "invalid trials"),

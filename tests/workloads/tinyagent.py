@@ -1,14 +1,16 @@
 """tinyagent: a small agent service that is NOT drillbook's reference platform.
 
 It exists so that tests can show drillbook drives someone else's workload through a target
-profile alone. It shares no code with drillbook (standard library only) and differs on purpose:
+profile alone. Its router, replica pool and admin API also run third-party services as the
+replicas (``--worker-command``, e.g. a LangServe app under uvicorn), playing the part of the
+platform a team runs its service on (compose, systemd, a cluster). It shares no code with drillbook (standard library only) and differs on purpose:
 other paths (/api/conversations/...), another auth header (X-Api-Key), another idempotency
 header (X-Request-Id), other field names (id, index, digest), no streaming, and its own store
 (one SQLite file) with its own digest chain. Its read-back is not drillbook's contract either
 (GET .../messages answers {"messages": [...]}), so the delivery audit needs a verifier plug-in.
 
     tinyagent.py serve --port P --admin-port A --data DIR [--replicas 2] [--load-delay 0.3]
-                       [--bug lose-first-turn]
+                       [--bug lose-first-turn] [--worker-command CMD] [--health-path P] [--no-activator]
     tinyagent.py ctl --admin URL status | kill COUNT SIGNAL | scale N | backup | restore NAME |
                      destroy | recreate | healthy
 
@@ -25,6 +27,7 @@ import hashlib
 import http.client
 import json
 import os
+import shlex
 import signal
 import socket
 import sqlite3
@@ -173,8 +176,11 @@ class Pool:
     def spawn(self) -> Replica:
         self.counter += 1
         port = free_port()
-        command = [sys.executable, __file__, "worker", "--port", str(port), "--db", str(self.db),
-                   "--bug", self.args.bug, "--load-delay", str(self.args.load_delay)]
+        if self.args.worker_command:  # someone else's service as the replica (it reads the store at {db})
+            command = shlex.split(self.args.worker_command.replace("{port}", str(port)).replace("{db}", str(self.db)))
+        else:
+            command = [sys.executable, __file__, "worker", "--port", str(port), "--db", str(self.db),
+                       "--bug", self.args.bug, "--load-delay", str(self.args.load_delay)]
         replica = Replica(f"tinyagent-{self.counter}", port, subprocess.Popen(command))
         self.replicas.append(replica)
         return replica
@@ -191,7 +197,7 @@ class Pool:
                 pending = [r for r in self.replicas if not r.ready]
             for replica in pending:
                 try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{replica.port}/health", timeout=1):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{replica.port}{self.args.health_path}", timeout=1):
                         replica.ready = True
                 except OSError:
                     pass
@@ -219,7 +225,7 @@ class Pool:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             with self.lock:
-                if self.desired == 0:
+                if self.desired == 0 and self.args.activator:
                     self.desired = 1
                 ready = [r for r in self.replicas if r.ready and r.process.poll() is None and r.name not in avoid]
                 if not ready:
@@ -321,14 +327,17 @@ def serve(args: argparse.Namespace) -> None:
                 source.close()
                 target.close()
                 return self.answer(200, {"restored": chosen.name})
-            if url.path == "/destroy":
+            if url.path == "/destroy":  # every table dropped; their schema kept for recreate
                 conn = connect(pool.db)
-                conn.executescript("DROP TABLE IF EXISTS messages; DROP TABLE IF EXISTS conversations;")
+                tables = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall()
+                Path(args.data, "schema.sql").write_text(";\n".join(sql for _, sql in tables) + ";\n")
+                conn.executescript("".join(f'DROP TABLE IF EXISTS "{name}";' for name, _ in tables))
                 conn.close()
                 return self.answer(200, {"destroyed": True})
             if url.path == "/recreate":
+                schema = Path(args.data, "schema.sql")
                 conn = connect(pool.db)
-                conn.executescript(SCHEMA)
+                conn.executescript(schema.read_text() if schema.exists() else SCHEMA)
                 conn.close()
                 return self.answer(200, {"recreated": True})
             self.answer(404, {"error": "not found"})
@@ -397,6 +406,10 @@ def main() -> int:
     s.add_argument("--replicas", type=int, default=2)
     s.add_argument("--load-delay", type=float, default=0.3)
     s.add_argument("--bug", default="none", choices=["none", "lose-first-turn"])
+    s.add_argument("--worker-command", default="", help="run this service as each replica ({port}, {db})")
+    s.add_argument("--health-path", default="/health")
+    s.add_argument("--no-activator", dest="activator", action="store_false",
+                   help="a request at zero replicas waits for nothing to start it")
     w = sub.add_parser("worker")
     w.add_argument("--port", type=int, required=True)
     w.add_argument("--db", required=True)

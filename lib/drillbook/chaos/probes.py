@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from drillbook.agentapi import open_session, receipt, send_turn
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery
@@ -133,15 +134,11 @@ def write_sessions(phase: str, sessions: int = 3, turns: int = 3, tenant: str | 
     api = run.target.api
     with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=30.0) as http:
         for _ in range(sessions):
-            opened = http.post(api.open_session).raise_for_status()
-            session_id = str(opened.json()[api.session_id_field])
+            session_id = open_session(http, api)
             for turn in range(turns):
-                idempotency_key = f"{session_id}-{phase}-{turn}"
-                ack = http.post(api.turn_path(session_id), json=api.turn_body(f"{phase} {turn}"),
-                                headers={api.idempotency_header: idempotency_key}).raise_for_status().json()
-                written.append({"session_id": session_id, "tenant": name, "seq": ack[api.ack_seq_field],
-                                "hash": ack[api.ack_digest_field], "idempotency_key": idempotency_key,
-                                "acked_at": time.time()})
+                idempotency_key, text = f"{session_id}-{phase}-{turn}", f"{phase} {turn} of {session_id}"
+                answer = send_turn(http, api, session_id, text, idempotency_key).raise_for_status().json()
+                written.append(receipt(api, answer, session_id, name, text, idempotency_key))
     run.merge_measurement("receipts", phase, written)
     return len(written)
 

@@ -19,10 +19,11 @@ from typing import Any, Callable
 
 import httpx
 
+from drillbook.agentapi import AgentApi, SessionNotOpened, open_session, receipt, send_turn
 from drillbook.measure import percentile
-from drillbook.profile import AgentApi
 
 REFERENCE_API = AgentApi()
+WAKE_UP = "wake up"  # the first request from zero (cold start)
 
 MAX_TURNS_PER_SESSION = 10_000
 
@@ -54,17 +55,6 @@ class TrafficWindow:
                 "started": self.started, "ended": self.ended}
 
 
-def open_session(http: httpx.Client, api: AgentApi) -> httpx.Response:
-    return http.post(api.open_session)
-
-
-def session_id_of(response: httpx.Response, api: AgentApi) -> str | None:
-    """The new session's id from an open-session answer, or None when it was refused."""
-    if response.status_code not in (200, 201):
-        return None
-    return str(response.json()[api.session_id_field])
-
-
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
           max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
           publish: Callable[[TrafficWindow], None] | None = None, api: AgentApi = REFERENCE_API) -> TrafficWindow:
@@ -88,22 +78,19 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
     def one_session() -> None:
         with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=30.0) as http:
             try:
-                response = open_session(http, api)
-                session_id = session_id_of(response, api)
-            except (httpx.HTTPError, ValueError, KeyError) as error:
-                record(False, 0.0, type(error).__name__)
+                session_id = open_session(http, api)
+            except SessionNotOpened as refused:
+                record(False, 0.0, str(refused))
                 return
-            if session_id is None:
-                record(False, 0.0, f"HTTP {response.status_code}")
+            except httpx.HTTPError as error:
+                record(False, 0.0, type(error).__name__)
                 return
             for turn in range(max_turns):
                 if time.monotonic() >= stop_at:
                     return
-                body = api.turn_body(f"turn {turn}", max_tokens)
                 started = time.perf_counter()
                 try:
-                    response = http.post(api.turn_path(session_id), json=body,
-                                         headers={api.idempotency_header: uuid.uuid4().hex})
+                    response = send_turn(http, api, session_id, f"turn {turn}", uuid.uuid4().hex, max_tokens)
                     ok, error = response.status_code in (200, 201), f"HTTP {response.status_code}"
                 except httpx.HTTPError as exc:
                     ok, error = False, type(exc).__name__
@@ -130,16 +117,13 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
     """
     with httpx.Client(base_url=gateway, headers=api.auth(key), timeout=timeout_s) as http:
         sent = time.time()
-        response = open_session(http, api)
-        session_id = session_id_of(response, api)
-        if session_id is None:
-            raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
+        session_id = open_session(http, api)
         first_token = None
         last_line = ""
         idempotency_key = uuid.uuid4().hex
         path = api.turn_path(session_id) + (f"?{api.stream_query}" if api.stream_query else "")
-        with http.stream("POST", path, json=api.turn_body("wake up"),
-                         headers={api.idempotency_header: idempotency_key}) as streamed:
+        with http.stream("POST", path, json=api.turn_body_for(WAKE_UP, session_id, idempotency_key),
+                         headers=api.turn_headers(idempotency_key)) as streamed:
             if streamed.status_code not in (200, 201):
                 raise httpx.HTTPStatusError(f"HTTP {streamed.status_code}", request=streamed.request, response=streamed)
             for line in streamed.iter_lines():
@@ -151,9 +135,8 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
     try:
         ack = json.loads(last_line)
         ack = ack["ack"] if isinstance(ack.get("ack"), dict) else ack  # a streamed answer's last line may wrap it
-        receipt = {"session_id": session_id, "tenant": tenant, "seq": int(ack[api.ack_seq_field]),
-                   "hash": str(ack[api.ack_digest_field]), "idempotency_key": idempotency_key, "acked_at": done}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        receipt = None  # no acknowledgement in the answer: nothing to audit, and the audit says so
+        kept = receipt(api, ack, session_id, tenant, WAKE_UP, idempotency_key, acked_at=done)
+    except (ValueError, TypeError, AttributeError):
+        kept = None  # no acknowledgement in the answer: nothing to audit, and the audit says so
     return {"sent": sent, "first_token": first_token or done, "acknowledged": done,
-            "first_token_s": (first_token or done) - sent, "total_s": done - sent, "receipt": receipt}
+            "first_token_s": (first_token or done) - sent, "total_s": done - sent, "receipt": kept}

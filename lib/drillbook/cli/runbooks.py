@@ -51,7 +51,6 @@ def run_command(
             console.print(table)
         return
     from drillbook.profile import load_profile
-    from drillbook.scenarios import scenario
 
     from drillbook.config import results_dir
 
@@ -59,10 +58,7 @@ def run_command(
     # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
     results = results_dir(results)
     profile = load_profile(target)
-    values = check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
-    declared = scenario(runbook)
-    for line in declared.advise(values) if declared else []:
-        err_console.print(f"[yellow]note[/] {runbook}: {line}", soft_wrap=True)
+    check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
     executed = execute(runbook, target, overrides, results, state_dir(state),
                        on_start=lambda bundle: err_console.print(
                            f"[dim]…[/] running {runbook} on {target}; evidence in {bundle}", soft_wrap=True))

@@ -34,34 +34,47 @@ def list_targets() -> None:
 @target_app.command("check")
 def check(
     profile: str = typer.Argument("sandbox", help="A profile name from targets/ or a YAML file."),
+    runbook: Optional[list[str]] = typer.Option(None, "--runbook", "-r", help="A runbook to ask about (repeat); "
+                                                "default: every runbook the profile offers."),
     state: Optional[Path] = StateDirOption,
 ) -> None:
-    """Reach the gateway, try each tenant key, and say which runbooks can run here and why not.
+    """Test the target's contract end to end and say which runbooks can run here and why not.
 
-    Read-only. Exit 0 when everything can run, 1 when something cannot.
+    Reaches the gateway, tries each tenant key, opens one marked test session, sends one turn and
+    reads it back through every mapping, shows what each read-only command returns, and checks
+    what each runbook needs. Writes nothing else. Exit 0 when the runbooks asked about (default:
+    all the profile offers) can run, 1 otherwise, one reason per runbook.
     """
-    from drillbook.access import check_target
+    from drillbook.access import check_target, declared_needs
+    from drillbook.errors import ConfigError
     from drillbook.profile import load_profile
 
+    known = [name for name, _, _ in declared_needs()]
+    unknown = [name for name in runbook or [] if name not in known]
+    if unknown:
+        raise ConfigError(f"invalid --runbook: unknown runbook {unknown[0]!r}; known: {', '.join(known)}")
     loaded = load_profile(profile)
     loaded.tenant_keys()  # a missing key variable is bad input: one line, exit 2
     directory = loaded.state_dir(state)
-    report = check_target(loaded, directory)
-    table = Table(title=f"target {report.profile} ({report.kind})")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail")
-    for finding in report.reachability:
-        table.add_row(finding.subject, "[green]ok[/]" if finding.ok else "[red]FAILED[/]", finding.detail)
-    console.print(table)
+    report = check_target(loaded, directory, runbooks=runbook or None)
+    for title, findings in ((f"target {report.profile} ({report.kind})", report.reachability),
+                            ("delivery contract (one marked test session)", report.contract),
+                            ("read-only commands and what they returned", report.readings)):
+        if findings:
+            table = Table(title=title)
+            for column in ("check", "result", "detail"):
+                table.add_column(column, overflow="fold")
+            for finding in findings:
+                table.add_row(finding.subject, "[green]ok[/]" if finding.ok else "[red]FAILED[/]", finding.detail)
+            console.print(table)
     if report.runbooks:
         runbooks = Table(title="runbooks")
-        runbooks.add_column("runbook")
-        runbooks.add_column("can run")
-        runbooks.add_column("why")
+        for column in ("runbook", "can run", "why"):
+            runbooks.add_column(column, overflow="fold")
         for finding in report.runbooks:
-            runbooks.add_row(finding.subject, "[green]can run[/]" if finding.ok else "[red]cannot run[/]",
-                             finding.detail)
+            verdict = ("[dim]not offered[/]" if finding.subject in report.unoffered
+                       else "[green]can run[/]" if finding.ok else "[red]cannot run[/]")
+            runbooks.add_row(finding.subject, verdict, finding.detail)
         console.print(runbooks)
     if not report.ok:
         raise typer.Exit(1)

@@ -46,7 +46,6 @@ class Scenario:
     target_check: Callable[[BaseModel, "Target"], str | None] | None = None
     title: str = ""
     figures: tuple[Figure, ...] = ()
-    advice: Callable[[BaseModel], list[str]] | None = None  # legal values that may not show what they should
     # What it does to the target, as (where, action): where is a role (agent, inference, aggressor),
     # "store" or "tenants"; action is status, kill, scale, pods (read the pods' metrics), backup,
     # restore, destroy or limit. `drillbook target check` turns each into the rights or commands a
@@ -71,10 +70,6 @@ class Scenario:
             return self.parameters.model_validate(values)
         except ValidationError as error:
             raise ConfigError(f"{self.name}: {validation_line(error)}") from None
-
-    def advise(self, values: dict[str, Any]) -> list[str]:
-        """Warnings about legal values that may leave a figure unmeasured (said before the run)."""
-        return list(self.advice(self.validate(values))) if self.advice else []
 
     def check_target(self, values: dict[str, Any], target: "Target") -> None:
         """The limits that depend on the target, asked of it before anything is touched."""

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from drillbook.profile import AgentApi, LoadedProfile
+from drillbook.agentapi import AgentApi
+from drillbook.profile import LoadedProfile
 from drillbook.targets.capabilities import Needs
 
 
@@ -30,6 +31,14 @@ class Target(Protocol):
     def refusals(self, needs: Needs) -> list[str]:
         """Why this target cannot do what a runbook needs, one reason each; empty when it can.
         Read-only: a target asks only what it would have to do (rights, commands, status)."""
+
+    def undeclared(self, needs: Needs) -> list[str]:
+        """What a runbook needs that the profile does not describe at all (a tier's command, the
+        store's procedure): such a runbook is not offered by this profile, rather than refused."""
+
+    def readings(self) -> list[Any]:
+        """What each read-only operation returns now (each tier's status, the store's health), as
+        access.Finding rows for `target check`; a failing one is a finding, not an error."""
 
     def has(self, role: str) -> bool: ...
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.errors import ConfigError, TargetUnreachable
-from drillbook.profile import RoleCommands
+from drillbook.profile import ROLES, RoleCommands
 from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
@@ -41,19 +41,26 @@ class CommandsTarget(ProfileTarget):
         spec = self.profile.role(where)
         return getattr(spec.commands, action, None) if spec is not None else None
 
-    def refusals(self, needs: Needs) -> list[str]:
-        """A command for every action, its program found; the agent's status answering."""
+    def _asked(self, needs: Needs) -> list[tuple[str, str]]:
+        """The needs a command answers (pod metrics and absent optional tiers leave figures empty)."""
+        return [(where, action) for where, action in needs
+                if action != "pods" and not (where in OPTIONAL_TIERS and self.profile.role(where) is None)]
+
+    def undeclared(self, needs: Needs) -> list[str]:
         why = []
-        for where, action in needs:
-            if action == "pods" or where in OPTIONAL_TIERS and self.profile.role(where) is None:
-                continue  # metrics a commands target does not offer leave their figures empty
+        for where, action in self._asked(needs):
             if action == "limit":
                 why.append("a commands target offers no tenant limits")
-                continue
-            line = self._line(where, action)
-            if not line:
+            elif not self._line(where, action):
                 why.append(f"no {where} {action} command")
-            elif (problem := command_found(line, self.profile.folder)) is not None:
+        return why
+
+    def refusals(self, needs: Needs) -> list[str]:
+        """A command for every action, its program found; the agent's status answering."""
+        why = self.undeclared(needs)
+        for where, action in self._asked(needs):
+            line = self._line(where, action) if action != "limit" else None
+            if line and (problem := command_found(line, self.profile.folder)) is not None:
                 why.append(f"{where} {action}: {problem}")
         if any(where == "agent" for where, _ in needs) and self._line("agent", "status"):
             if self._status_problem is None:
@@ -65,6 +72,23 @@ class CommandsTarget(ProfileTarget):
             if self._status_problem:
                 why.append(self._status_problem)
         return why
+
+    def readings(self) -> list[Any]:
+        """Each tier's status command and the store's healthy command, with what they printed."""
+        from drillbook.access import Finding
+
+        found = []
+        lines = [(f"{role} status", spec.commands.status) for role in ROLES
+                 if (spec := self.profile.role(role)) is not None and spec.commands is not None]
+        store = self.profile.spec.workload.store
+        lines += [("store healthy", store.healthy)] if store is not None and store.healthy else []
+        for label, line in lines:
+            try:
+                output = self._run(line, label).strip()
+                found.append(Finding(label, True, f"{line} -> {output.splitlines()[-1][:160] if output else 'exit 0'}"))
+            except TargetUnreachable as error:
+                found.append(Finding(label, False, f"{line} -> {error}"[:300]))
+        return found
 
     def has(self, role: str) -> bool:
         spec = self.profile.role(role)

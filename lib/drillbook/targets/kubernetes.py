@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from drillbook.errors import ConfigError
-from drillbook.profile import LoadedProfile
+from drillbook.profile import ROLES, LoadedProfile
 from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.targets.store import ProfileTarget
@@ -124,6 +124,33 @@ class KubernetesTarget(ProfileTarget):
         if where in OPTIONAL_TIERS and self.profile.role(where) is None:
             return []
         return [self.namespace_of(where)]
+
+    def undeclared(self, needs: Needs) -> list[str]:
+        if any(where == STORE for where, _ in needs) and self.profile.spec.workload.store is None:
+            return ["no workload.store commands"]
+        return []
+
+    def readings(self) -> list[Any]:
+        """Each tier's Deployment as the API server reports it, and the store's healthy command."""
+        from drillbook.access import Finding
+
+        found = []
+        for role in ROLES:
+            if role == "aggressor" or not self.has(role):
+                continue
+            where = f"deployment {self.deployment(role)} in {self.namespace_of(role)}"
+            try:
+                found.append(Finding(f"{role} status", True,
+                                     f"{where}: desired {self.desired(role)}, ready {self.ready(role)}"))
+            except Exception as error:  # noqa: BLE001 - reported: this is a check
+                found.append(Finding(f"{role} status", False, f"{where}: {type(error).__name__}: {error}"[:300]))
+        store = self.profile.spec.workload.store
+        if store is not None and store.healthy:
+            try:
+                found.append(Finding("store healthy", self.store_healthy(), store.healthy))
+            except Exception as error:  # noqa: BLE001
+                found.append(Finding("store healthy", False, f"{store.healthy}: {error}"[:300]))
+        return found
 
     def refusals(self, needs: Needs) -> list[str]:
         """Every right each action takes, asked in the namespaces where it acts; the store's commands."""

@@ -55,6 +55,20 @@ class SandboxTarget:
     def refusals(self, needs: Any) -> list[str]:
         return []  # the reference platform offers everything a declared scenario needs
 
+    def undeclared(self, needs: Any) -> list[str]:
+        return []
+
+    def readings(self) -> list[Any]:
+        """The supervisor's status of each service and the store's health."""
+        from drillbook.access import Finding
+
+        with self._control() as control:
+            status = control.status()
+            found = [Finding(f"{name} status", True, f"desired {s.get('desired')}, ready {s.get('ready')}")
+                     for name, s in sorted(status["services"].items())]
+            store = control.store()
+        return found + [Finding("store healthy", bool(store.get("healthy")), str(store)[:160])]
+
     def service(self, role: str) -> str:
         spec = self.profile.spec.workload.agent if role == "agent" else \
             self.profile.spec.workload.inference if role == "inference" else None
