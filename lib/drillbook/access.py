@@ -19,6 +19,7 @@ import httpx
 
 from drillbook.errors import ConfigError
 from drillbook.profile import LoadedProfile
+from drillbook.targets.capabilities import Finding
 
 if TYPE_CHECKING:
     from drillbook.delivery import Receipt
@@ -29,13 +30,6 @@ def declared_needs() -> list[tuple[str, tuple[tuple[str, str], ...], bool]]:
     from drillbook.scenarios import REGISTRY
 
     return [(s.name, s.needs, not s.oncall) for s in sorted(REGISTRY.values(), key=lambda s: s.oncall)]
-
-
-@dataclass
-class Finding:
-    subject: str
-    ok: bool
-    detail: str
 
 
 @dataclass

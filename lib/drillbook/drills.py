@@ -80,7 +80,10 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[s
         if result.verdict not in ("PASS", "FAIL"):
             run.record(f"trial_{index + 1}_error", "; ".join(result.reasons) or result.verdict)
             continue
-        first = result.measurements["cold_start"][0]
+        first = next(iter(result.measurements.get("cold_start") or []), None)
+        if first is None:  # the request from zero was never answered: the trial did not complete
+            run.record(f"trial_{index + 1}_error", "; ".join(result.reasons) or "the first request from zero failed")
+            continue
         measured.append(cold_start_trial(run, first))
         if first.get("receipt"):
             receipts.append(Receipt(**first["receipt"]))

@@ -40,7 +40,7 @@ def test_the_commands_target_docs_name_every_command_a_declared_runbook_runs():
     from drillbook.targets.capabilities import STORE
 
     docs = (REPOSITORY / "docs" / "commands-target.md").read_text()
-    for runbook, needs in declared_needs():
+    for runbook, needs, _ in declared_needs():
         assert f"`{runbook}`" in docs, runbook
         for where, action in needs:
             if action in ("pods", "limit") or where == "tenants":

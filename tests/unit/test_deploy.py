@@ -83,7 +83,7 @@ def test_the_runner_is_least_privilege_and_namespace_scoped():
                 for resource in rule["resources"] for verb in rule["verbs"]}
 
     def needed(where: set[str]) -> set[tuple[str, str, str]]:
-        return {(group, resource, verb) for _, needs in declared_needs() for tier, action in needs
+        return {(group, resource, verb) for _, needs, _ in declared_needs() for tier, action in needs
                 if tier in where for verb, group, resource in KUBERNETES_RIGHTS.get(action, [])}
 
     # Exactly what the runbooks need, no more: the platform's tiers live in agents, quotas in tenants.

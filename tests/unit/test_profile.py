@@ -110,9 +110,9 @@ def test_unknown_targets_list_the_known_ones():
 
 
 def test_shipped_profiles_and_examples_validate(monkeypatch):
-    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY"):
+    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY", "AGENT_TEAM_A_KEY"):
         monkeypatch.setenv(variable, "k")
-    paths = sorted((REPOSITORY / "targets").rglob("*.yaml"))
+    paths = sorted(p for p in (REPOSITORY / "targets").rglob("*.yaml") if p.parent.name != "presets")
     assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml"}
     for path in paths:
         profile = load_profile(str(path))
@@ -148,3 +148,26 @@ def test_a_bad_profile_stops_drillbook_run_before_anything_starts(tmp_path):
     assert result.stderr.strip().startswith("drillbook: bad.yaml: invalid tenants.team-a.key_env:")
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "results").exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("preset", ["langserve", "openai-chat", "reference"])
+def test_each_shipped_preset_makes_a_valid_profile_the_profile_overrides(preset, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEAM_A_KEY", "k")
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "p", "kind": "commands", "preset": preset, "tenants": {"team-a": {"key_env": "TEAM_A_KEY"}},
+        "workload": {"gateway_url": "http://127.0.0.1:9", "agent": {"commands": {"status": "true"}}},
+        "api": {"auth_header": "X-Api-Key"}}))
+    profile = load_profile(str(path))
+    fragment = yaml.safe_load((REPOSITORY / "targets" / "presets" / f"{preset}.yaml").read_text())
+    assert profile.spec.api.turn == fragment["api"]["turn"]  # from the preset
+    assert profile.spec.api.auth_header == "X-Api-Key"  # the profile's own field wins
+    assert profile.spec.delivery.verifier == fragment["delivery"]["verifier"]
+
+
+def test_an_unknown_preset_is_one_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "kind": "commands", "preset": "nope"}))
+    with pytest.raises(ConfigError) as caught:
+        load_profile(str(path))
+    assert str(caught.value) == "p.yaml: invalid preset: unknown preset 'nope'; known: langserve, openai-chat, reference"

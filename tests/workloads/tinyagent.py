@@ -11,6 +11,7 @@ header (X-Request-Id), other field names (id, index, digest), no streaming, and 
 
     tinyagent.py serve --port P --admin-port A --data DIR [--replicas 2] [--load-delay 0.3]
                        [--bug lose-first-turn] [--worker-command CMD] [--health-path P] [--no-activator]
+                       [--store-bug empty-backups]
     tinyagent.py ctl --admin URL status | kill COUNT SIGNAL | scale N | backup | restore NAME |
                      destroy | recreate | healthy
 
@@ -225,7 +226,9 @@ class Pool:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             with self.lock:
-                if self.desired == 0 and self.args.activator:
+                if self.desired == 0:
+                    if not self.args.activator:
+                        return None  # nothing starts a replica for a request at zero
                     self.desired = 1
                 ready = [r for r in self.replicas if r.ready and r.process.poll() is None and r.name not in avoid]
                 if not ready:
@@ -312,6 +315,9 @@ def serve(args: argparse.Namespace) -> None:
             if url.path == "/backup":
                 name = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}.sqlite"
                 source, target = connect(pool.db), sqlite3.connect(Path(args.data) / "backups" / name)
+                if args.store_bug == "empty-backups":  # the bug: a backup of nothing, reported as taken
+                    source.close()
+                    source = sqlite3.connect(":memory:")
                 source.backup(target)
                 source.close()
                 target.close()
@@ -408,6 +414,7 @@ def main() -> int:
     s.add_argument("--bug", default="none", choices=["none", "lose-first-turn"])
     s.add_argument("--worker-command", default="", help="run this service as each replica ({port}, {db})")
     s.add_argument("--health-path", default="/health")
+    s.add_argument("--store-bug", default="none", choices=["none", "empty-backups"])
     s.add_argument("--no-activator", dest="activator", action="store_false",
                    help="a request at zero replicas waits for nothing to start it")
     w = sub.add_parser("worker")

@@ -9,11 +9,21 @@ ResourceQuota) stays inside the target that knows it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 STORE = "store"  # where a scenario acts on the state store (backup, restore, destroy: the store commands)
 OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
 Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillbook.scenarios.Scenario.needs)
+
+
+@dataclass
+class Finding:
+    """One row of `drillbook target check`: what was checked, whether it holds, and what was seen."""
+
+    subject: str
+    ok: bool
+    detail: str
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError, TargetUnreachable
 from drillbook.profile import ROLES, RoleCommands
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
@@ -75,8 +75,6 @@ class CommandsTarget(ProfileTarget):
 
     def readings(self) -> list[Any]:
         """Each tier's status command and the store's healthy command, with what they printed."""
-        from drillbook.access import Finding
-
         found = []
         lines = [(f"{role} status", spec.commands.status) for role in ROLES
                  if (spec := self.profile.role(role)) is not None and spec.commands is not None]

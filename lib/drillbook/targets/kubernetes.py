@@ -13,7 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import ROLES, LoadedProfile
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.targets.store import ProfileTarget
 
@@ -132,8 +132,6 @@ class KubernetesTarget(ProfileTarget):
 
     def readings(self) -> list[Any]:
         """Each tier's Deployment as the API server reports it, and the store's healthy command."""
-        from drillbook.access import Finding
-
         found = []
         for role in ROLES:
             if role == "aggressor" or not self.has(role):

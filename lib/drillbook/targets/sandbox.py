@@ -7,6 +7,7 @@ from typing import Any
 
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
+from drillbook.targets.capabilities import Finding
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
@@ -60,8 +61,6 @@ class SandboxTarget:
 
     def readings(self) -> list[Any]:
         """The supervisor's status of each service and the store's health."""
-        from drillbook.access import Finding
-
         with self._control() as control:
             status = control.status()
             found = [Finding(f"{name} status", True, f"desired {s.get('desired')}, ready {s.get('ready')}")

@@ -1,0 +1,173 @@
+"""drillbook on third-party agent stacks from PyPI, with only a profile.
+
+The LangChain stack is the worked example in targets/examples/langchain: a LangServe app over
+RunnableWithMessageHistory with SQL chat history (service.py, its launch script), run as two
+uvicorn replicas behind the test platform's router and replica pool (tests/workloads/tinyagent.py
+``serve --worker-command``: the part a team's compose file or cluster plays). drillbook gets the
+example profile (agent.yaml, ``preset: langserve``) with only what belongs to where it runs
+changed: the gateway URL, the platform's commands and the router's auth header. HA, cold start
+and the restore drill must PASS, and each must FAIL, for the right reason, on a deliberate
+mistake: chat history in each replica's memory, no activator in front of the replicas, backups
+that hold nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import yaml
+
+from drillbook.execute import execute
+from drillbook.runbook import recorded
+from tests.helpers import free_port, wait_for
+
+pytestmark = pytest.mark.integration
+REPOSITORY = Path(__file__).resolve().parents[2]
+EXAMPLE = REPOSITORY / "targets" / "examples" / "langchain"
+PLATFORM = REPOSITORY / "tests" / "workloads" / "tinyagent.py"
+KEY = "team-a-secret"
+
+
+@dataclass
+class Stack:
+    profile: Path
+    admin: str
+    gateway: str
+
+    def ctl(self, *args: str) -> str:
+        return subprocess.run([sys.executable, str(PLATFORM), "ctl", "--admin", self.admin, *args],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def example_profile(path: Path, gateway: str, admin: str) -> Path:
+    """The worked example's profile, with where it runs filled in (gateway, commands, auth header)."""
+    spec = yaml.safe_load((EXAMPLE / "agent.yaml").read_text())
+    ctl = f"{sys.executable} {PLATFORM} ctl --admin {admin}"
+    spec["workload"]["gateway_url"] = gateway
+    spec["workload"]["agent"]["commands"] = {"status": f"{ctl} status", "kill": f"{ctl} kill {{count}} {{signal}}",
+                                             "scale": f"{ctl} scale {{replicas}}"}
+    spec["workload"]["store"] = {op: f"{ctl} {op}" + (" {backup}" if op == "restore" else "")
+                                 for op in ("backup", "restore", "destroy", "recreate", "healthy")}
+    spec["api"] = {"auth_header": "X-Api-Key", "auth_scheme": ""}  # the router's, not LangServe's
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def langchain_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Stack]]:
+    monkeypatch.setenv("AGENT_TEAM_A_KEY", KEY)
+    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+    started: list[subprocess.Popen] = []
+
+    def start(history: str = "sql", *platform_flags: str) -> Stack:
+        port, admin_port = free_port(), free_port()
+        data = tmp_path / f"stack-{len(started)}"
+        url = "memory" if history == "memory" else "sqlite+aiosqlite:///{db}"
+        replica = (f"env CHAT_HISTORY_URL={url} {sys.executable} -m uvicorn service:app --host 127.0.0.1 "
+                   f"--port {{port}} --app-dir {EXAMPLE} --log-level warning")
+        process = subprocess.Popen(
+            [sys.executable, str(PLATFORM), "serve", "--port", str(port), "--admin-port", str(admin_port),
+             "--data", str(data), "--replicas", "2", "--worker-command", replica, *platform_flags],
+            env={**os.environ, "TINYAGENT_KEYS": f"team-a={KEY}"}, start_new_session=True)
+        started.append(process)
+        admin, gateway = f"http://127.0.0.1:{admin_port}", f"http://127.0.0.1:{port}"
+        stack = Stack(example_profile(tmp_path / f"agent-{len(started)}.yaml", gateway, admin), admin, gateway)
+
+        def ready() -> bool:
+            try:
+                return '"ready": 2' in stack.ctl("status")
+            except subprocess.CalledProcessError:
+                return False
+
+        wait_for(ready, timeout=60)
+        return stack
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+
+
+def drillbook(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "drillbook", *args], env={**os.environ, "COLUMNS": "250"},
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+def values(executed) -> dict:
+    return recorded(executed.bundle / "runbook.ipynb")["values"]
+
+
+def failed_checks(executed) -> set[str]:
+    return {c["name"] for c in executed.summary["checks"] if not c["passed"]}
+
+
+HA = {"users": "6", "think_time_s": "0.1"}
+
+
+def test_target_check_tests_the_langserve_contract_end_to_end(langchain_stack):
+    stack = langchain_stack()
+    checked = drillbook("target", "check", str(stack.profile))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    out = checked.stdout
+    assert "the check turn found by content" in out and "chain not offered" in out
+    assert "reply 'Noted.'" in out and '{"desired": 2, "ready": 2, "replicas": 2}' in out
+    assert "not offered by this profile: no aggressor scale command" in out
+    asked = drillbook("target", "check", str(stack.profile), "-r", "ha-replica-loss", "-r", "noisy-neighbour")
+    assert asked.returncode == 1 and "cannot run" in asked.stdout and "no aggressor scale command" in asked.stdout
+
+
+def test_ha_cold_start_and_restore_pass_on_a_langchain_service_with_only_a_profile(langchain_stack, tmp_path):
+    stack = langchain_stack()
+    ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
+    assert ha.verdict == "PASS", ha.summary
+    found = values(ha)
+    assert found["acknowledged_turns"] > 20 and found["lost_turns"] == 0 and len(found["killed_replicas"]) == 1
+    # drillbook's own receipts carry the audit: LangServe gives neither a position nor a digest.
+    receipts = [yaml.safe_load(line) for p in (ha.bundle / "load").glob("receipts-*.jsonl")
+                for line in p.read_text().splitlines()]
+    assert receipts and all(r["seq"] is None and r["hash"] is None and r["sent"] for r in receipts)
+
+    cold = execute("cold-start", str(stack.profile), {"trials": "2"}, results=tmp_path / "results")
+    assert cold.verdict == "PASS", cold.summary
+    assert values(cold)["first_turns_acknowledged"] == 2 and values(cold)["first_turns_lost"] == 0
+
+    restore = execute("restore-drill", str(stack.profile), {}, results=tmp_path / "results")
+    assert restore.verdict == "PASS", restore.summary
+    assert values(restore)["integrity"] == 1.0
+
+
+def test_chat_history_in_each_replicas_memory_fails_ha_for_lost_turns(langchain_stack, tmp_path):
+    stack = langchain_stack("memory")
+    ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
+    assert ha.verdict == "FAIL"
+    assert values(ha)["lost_turns"] > 0
+    assert "acknowledged turns lost" in failed_checks(ha)
+    assert "error rate in the fault window" not in failed_checks(ha)  # every turn was answered: it was not kept
+
+
+def test_replicas_with_no_activator_in_front_fail_cold_start(langchain_stack, tmp_path):
+    stack = langchain_stack("sql", "--no-activator")
+    cold = execute("cold-start", str(stack.profile), {"trials": "1"}, results=tmp_path / "results")
+    assert cold.verdict == "FAIL"
+    assert values(cold)["trials_completed"] == 0
+    assert "cold-start trials that did not complete" in failed_checks(cold)
+    wait_for(lambda: '"desired": 2' in stack.ctl("status"), timeout=30)  # the rollback scaled it back
+
+
+def test_backups_that_hold_nothing_fail_the_restore_drill(langchain_stack, tmp_path):
+    stack = langchain_stack("sql", "--store-bug", "empty-backups")
+    restore = execute("restore-drill", str(stack.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
+    assert restore.verdict == "FAIL"
+    assert "integrity of restored sessions" in failed_checks(restore)
