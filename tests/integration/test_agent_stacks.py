@@ -171,3 +171,78 @@ def test_backups_that_hold_nothing_fail_the_restore_drill(langchain_stack, tmp_p
     restore = execute("restore-drill", str(stack.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
     assert restore.verdict == "FAIL"
     assert "integrity of restored sessions" in failed_checks(restore)
+
+
+# -- an OpenAI-compatible chat API: the LiteLLM proxy with mock responses --------------------------
+
+LITELLM = "litellm[proxy]==1.108.7"  # in its own virtual environment: its pins are not drillbook's
+MASTER_KEY = "sk-drillbook-test-master-key-0123456789"
+
+
+@pytest.fixture(scope="session")
+def litellm_venv() -> Path:
+    """The LiteLLM proxy installed from PyPI once into a cache folder, keyed by its version."""
+    folder = Path.home() / ".cache" / "drillbook" / ("litellm-" + LITELLM.split("==")[1])
+    if not (folder / "bin" / "litellm").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, timeout=120)
+        installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", LITELLM],
+                                   capture_output=True, text=True, timeout=900)
+        if installed.returncode != 0:
+            pytest.skip(f"{LITELLM} could not be installed: {installed.stderr.strip().splitlines()[-1:]}")
+    return folder
+
+
+@pytest.fixture
+def litellm_proxy(litellm_venv: Path, tmp_path: Path) -> Iterator[str]:
+    config = tmp_path / "litellm.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_list": [{"model_name": "default", "litellm_params": {"model": "openai/mock", "mock_response": "Noted."}}],
+        "general_settings": {"master_key": MASTER_KEY}}))
+    port = free_port()
+    process = subprocess.Popen([str(litellm_venv / "bin" / "litellm"), "--config", str(config), "--host", "127.0.0.1",
+                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def live() -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{url}/health/liveliness", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(live, timeout=120)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+def test_the_openai_chat_preset_speaks_to_the_litellm_proxy_and_says_delivery_is_not_verifiable(
+        litellm_proxy, tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_KEY", MASTER_KEY)
+    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "llm.yaml"
+    profile.write_text(yaml.safe_dump({"name": "llm", "kind": "commands", "preset": "openai-chat",
+                                       "workload": {"gateway_url": litellm_proxy},
+                                       "tenants": {"team-a": {"key_env": "LLM_KEY"}}}))
+    checked = drillbook("target", "check", str(profile), "-r", "ha-replica-loss")
+    out = checked.stdout
+    assert "reply 'Noted.'" in out and "the API opens none" in out, out  # the turn went through the preset
+    assert "delivery.verifier none" in out and checked.returncode == 1  # and nothing can be read back
+    assert "no agent kill command" in out
+
+    # Load through the preset: every turn acknowledged, and the audit refuses to call it delivered.
+    loaded = drillbook("load", "agent-sessions", "--target", str(profile), "--users", "2", "--duration", "3s",
+                       "--out", str(tmp_path / "load"))
+    summary = yaml.safe_load((tmp_path / "load" / "load-summary.json").read_text())
+    assert summary["requests"] > 5 and summary["failures"] == 0
+    assert summary["delivery"]["verifiable"] is False and summary["delivery"]["delivered"] is False
+    assert loaded.returncode != 0 and "delivery not verifiable" in loaded.stderr

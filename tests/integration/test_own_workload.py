@@ -251,13 +251,22 @@ def test_target_check_says_which_runbooks_can_run_and_why_not(tinyagent, tmp_pat
 
     agent = tinyagent()
     report = check_target(load_profile(str(agent.profile)))
-    assert [f.subject for f in report.reachability] == ["gateway", "tenant red", "tenant blue", "delivery"]
+    assert [f.subject for f in report.reachability] == ["gateway", "tenant red", "tenant blue"]
     assert all(f.ok for f in report.reachability), report.reachability
+    # The contract end to end through the verifier plug-in: tinyagent stores the idempotency key.
+    assert [f.subject for f in report.contract] == ["open session", "turn", "read back"]
+    assert all(f.ok for f in report.contract), report.contract
+    assert "found by idempotency_key" in report.contract[2].detail and "chain checked" in report.contract[2].detail
+    assert {f.subject for f in report.readings} == {"agent status", "store healthy"}
     assert report.runbook("ha-replica-loss").ok and report.runbook("cold-start").ok
     assert report.runbook("restore-drill").ok
-    assert not report.runbook("noisy-neighbour").ok and not report.ok
+    assert report.unoffered == ["noisy-neighbour", "shed-noisy-tenant"] and report.ok
     cli = drillbook("target", "check", str(agent.profile))
-    assert cli.returncode == 1 and "cannot run" in cli.stdout and "key accepted" in cli.stdout, cli.stdout
+    assert cli.returncode == 0 and "not offered" in cli.stdout and "key accepted" in cli.stdout, cli.stdout
+    asked = drillbook("target", "check", str(agent.profile), "--runbook", "noisy-neighbour")
+    assert asked.returncode == 1 and "no aggressor scale command" in asked.stdout, asked.stdout
+    unknown = drillbook("target", "check", str(agent.profile), "--runbook", "nope")
+    assert unknown.returncode == 2 and "invalid --runbook: unknown runbook 'nope'" in unknown.stderr
 
     # A wrong key and a kill command that does not exist: named, and nothing else is touched.
     spec = yaml.safe_load(agent.profile.read_text())
@@ -286,7 +295,8 @@ def test_target_check_on_the_sandbox(sandbox):
 
     report = check_target(builtin_sandbox(), sandbox.state_dir)
     assert report.ok, report
-    assert {f.subject for f in report.reachability} >= {"gateway", "tenant tenant-a", "tenant tenant-b", "delivery"}
+    assert {f.subject for f in report.reachability} >= {"gateway", "tenant tenant-a", "tenant tenant-b"}
+    assert all(f.ok for f in report.contract) and "found by idempotency_key" in report.contract[-1].detail
 
 
 def test_a_kubernetes_api_that_does_not_answer_is_reported(tmp_path, monkeypatch):
