@@ -353,3 +353,23 @@ def test_a_game_day_plan_names_the_profile(tinyagent, tmp_path):
     assert result.passed, result.runs
     assert [verdict for _, verdict, _ in result.runs] == ["PASS", "PASS"]
     assert all("_tinyagent_" in bundle.name for _, _, bundle in result.runs)
+
+
+def test_the_reference_preset_speaks_to_the_reference_platform_wherever_it_runs(sandbox, tmp_path, monkeypatch):
+    """A profile naming only `preset: reference`, a gateway and keys reads the platform back
+    through the reference verifier: the check turn found by its idempotency key, the chain checked."""
+    from drillbook.access import check_target
+    from drillbook.profile import load_profile
+
+    keys = sandbox.tenant_keys
+    for tenant, key in keys.items():
+        monkeypatch.setenv(f"REF_{tenant.upper().replace('-', '_')}_KEY", key)
+    profile = tmp_path / "reference.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "reference-elsewhere", "kind": "commands", "preset": "reference",
+        "workload": {"gateway_url": sandbox.gateway_url},
+        "tenants": {t: {"key_env": f"REF_{t.upper().replace('-', '_')}_KEY"} for t in keys}}))
+    report = check_target(load_profile(str(profile)))
+    assert all(f.ok for f in report.contract), report.contract
+    assert "found by idempotency_key" in report.contract[-1].detail and "chain checked" in report.contract[-1].detail
+    assert "acknowledged: seq 1, digest" in report.contract[1].detail
