@@ -11,6 +11,8 @@ so the load generator, the chaos probes and ``target check`` speak one API the s
 Templates are JSON-like values (mappings, lists, strings, numbers) in which the placeholders
 ``{input}``, ``{session}``, ``{idempotency_key}`` and ``{max_tokens}`` are filled in; a string that
 is exactly one placeholder takes the value's own type (``"{max_tokens}"`` becomes a number).
+Bodies go as JSON, or as an HTML form (``body_format: form``, for APIs such as Agno's AgentOS
+that take form fields); a form template is a flat mapping of field names to strings or numbers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import jmespath
 from jmespath.exceptions import JMESPathError
@@ -113,6 +115,8 @@ class AgentApi(StrictModel):
     ack_digest_field: str | None = Field("hash", description="JMESPath: the turn's digest in the answer")
     reply_field: str | None = Field(None, description="JMESPath: the agent's reply text (shown by target check)")
     stream_query: str | None = Field("stream=true", description="query that streams tokens; none: not streamed")
+    body_format: Literal["json", "form"] = Field("json", description="how request bodies are sent: a JSON "
+                                                                     "document, or form fields")
 
     @field_validator("session_id_field", "ack_seq_field", "ack_digest_field", "reply_field")
     @classmethod
@@ -130,7 +134,20 @@ class AgentApi(StrictModel):
             raise ValueError("the turn path or turn_body must contain {session}")
         if self.turn_body is not None and "input" not in placeholders_in(self.turn_body):
             raise ValueError("turn_body must contain {input}")
+        if self.body_format == "form":
+            for name, template in (("turn_body", self.turn_body), ("open_session_body", self.open_session_body)):
+                if template is not None and not _flat_form(template):
+                    raise ValueError(f"with body_format form, {name} must be a mapping of field names to "
+                                     "strings or numbers")
         return self
+
+    def body(self, body: Any) -> dict[str, Any]:
+        """The keyword arguments that send a rendered body (httpx and requests take the same)."""
+        if body is None:
+            return {}
+        if self.body_format == "form":
+            return {"data": {key: "" if value is None else str(value) for key, value in body.items()}}
+        return {"json": body}
 
     def auth(self, key: str) -> dict[str, str]:
         return {self.auth_header: f"{self.auth_scheme} {key}" if self.auth_scheme else key}
@@ -192,6 +209,11 @@ class Acknowledgement:
         return wrong
 
 
+def _flat_form(template: Any) -> bool:
+    return isinstance(template, dict) and all(
+        isinstance(value, (str, int, float)) and not isinstance(value, bool) for value in template.values())
+
+
 def _int_or_none(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
@@ -232,7 +254,7 @@ def open_session(http: Any, api: AgentApi) -> str:
     ``http`` is an httpx.Client with the tenant's auth already set."""
     if api.mints_sessions():
         return api.minted_session()
-    response = http.post(api.open_session, json=api.open_body())
+    response = http.post(api.open_session, **api.body(api.open_body()))
     if response.status_code not in (200, 201):
         raise SessionNotOpened(f"HTTP {response.status_code}")
     try:
@@ -247,7 +269,8 @@ def open_session(http: Any, api: AgentApi) -> str:
 def send_turn(http: Any, api: AgentApi, session_id: str, text: str, idempotency_key: str | None,
               max_tokens: int | None = None) -> Any:
     """POST one turn (not streamed); the httpx response."""
-    return http.post(api.turn_path(session_id), json=api.turn_body_for(text, session_id, idempotency_key, max_tokens),
+    return http.post(api.turn_path(session_id), **api.body(api.turn_body_for(text, session_id, idempotency_key,
+                                                                             max_tokens)),
                      headers=api.turn_headers(idempotency_key))
 
 

@@ -30,7 +30,8 @@ from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 REPOSITORY = Path(__file__).resolve().parents[2]
-EXAMPLE = REPOSITORY / "targets" / "examples" / "langchain"
+LANGCHAIN = REPOSITORY / "targets" / "examples" / "langchain"
+AGNO = REPOSITORY / "targets" / "examples" / "agno"
 PLATFORM = REPOSITORY / "tests" / "workloads" / "tinyagent.py"
 KEY = "team-a-secret"
 
@@ -46,39 +47,39 @@ class Stack:
                               capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-def example_profile(path: Path, gateway: str, admin: str) -> Path:
-    """The worked example's profile, with where it runs filled in (gateway, commands, auth header)."""
-    spec = yaml.safe_load((EXAMPLE / "agent.yaml").read_text())
+def example_profile(example: Path, path: Path, gateway: str, admin: str) -> Path:
+    """A worked example's profile, with where it runs filled in (gateway, commands, auth header)."""
+    spec = yaml.safe_load((example / "agent.yaml").read_text())
     ctl = f"{sys.executable} {PLATFORM} ctl --admin {admin}"
     spec["workload"]["gateway_url"] = gateway
     spec["workload"]["agent"]["commands"] = {"status": f"{ctl} status", "kill": f"{ctl} kill {{count}} {{signal}}",
                                              "scale": f"{ctl} scale {{replicas}}"}
     spec["workload"]["store"] = {op: f"{ctl} {op}" + (" {backup}" if op == "restore" else "")
                                  for op in ("backup", "restore", "destroy", "recreate", "healthy")}
-    spec["api"] = {"auth_header": "X-Api-Key", "auth_scheme": ""}  # the router's, not LangServe's
+    spec["api"] = {"auth_header": "X-Api-Key", "auth_scheme": ""}  # the router's, not the service's
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
 
-@pytest.fixture
-def langchain_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Stack]]:
-    monkeypatch.setenv("AGENT_TEAM_A_KEY", KEY)
-    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
-    started: list[subprocess.Popen] = []
+class Platform:
+    """The test platform (router, replica pool, store commands) running someone else's service as
+    its replicas, with the example profile pointed at it; everything it started stops with it."""
 
-    def start(history: str = "sql", *platform_flags: str) -> Stack:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, example: Path, replica: str, *platform_flags: str) -> Stack:
         port, admin_port = free_port(), free_port()
-        data = tmp_path / f"stack-{len(started)}"
-        url = "memory" if history == "memory" else "sqlite+aiosqlite:///{db}"
-        replica = (f"env CHAT_HISTORY_URL={url} {sys.executable} -m uvicorn service:app --host 127.0.0.1 "
-                   f"--port {{port}} --app-dir {EXAMPLE} --log-level warning")
+        data = self.tmp_path / f"stack-{len(self.started)}"
         process = subprocess.Popen(
             [sys.executable, str(PLATFORM), "serve", "--port", str(port), "--admin-port", str(admin_port),
              "--data", str(data), "--replicas", "2", "--worker-command", replica, *platform_flags],
             env={**os.environ, "TINYAGENT_KEYS": f"team-a={KEY}"}, start_new_session=True)
-        started.append(process)
+        self.started.append(process)
         admin, gateway = f"http://127.0.0.1:{admin_port}", f"http://127.0.0.1:{port}"
-        stack = Stack(example_profile(tmp_path / f"agent-{len(started)}.yaml", gateway, admin), admin, gateway)
+        profile = example_profile(example, self.tmp_path / f"agent-{len(self.started)}.yaml", gateway, admin)
+        stack = Stack(profile, admin, gateway)
 
         def ready() -> bool:
             try:
@@ -86,18 +87,42 @@ def langchain_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
             except subprocess.CalledProcessError:
                 return False
 
-        wait_for(ready, timeout=60)
+        wait_for(ready, timeout=90)
         return stack
 
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
+    def stop(self) -> None:
+        for process in self.started:
+            stop_process(process)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+@pytest.fixture
+def platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Platform]:
+    monkeypatch.setenv("AGENT_TEAM_A_KEY", KEY)
+    monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+    started = Platform(tmp_path)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def langchain_stack(platform: Platform) -> Callable[..., Stack]:
+    def start(*platform_flags: str, memory: bool = False) -> Stack:
+        url = "memory" if memory else "sqlite+aiosqlite:///{db}"
+        replica = (f"env CHAT_HISTORY_URL={url} {sys.executable} -m uvicorn service:app --host 127.0.0.1 "
+                   f"--port {{port}} --app-dir {LANGCHAIN} --log-level warning")
+        return platform.start(LANGCHAIN, replica, *platform_flags)
+
+    return start
 
 
 def drillbook(*args: str) -> subprocess.CompletedProcess[str]:
@@ -149,7 +174,7 @@ def test_ha_cold_start_and_restore_pass_on_a_langchain_service_with_only_a_profi
 
 
 def test_chat_history_in_each_replicas_memory_fails_ha_for_lost_turns(langchain_stack, tmp_path):
-    stack = langchain_stack("memory")
+    stack = langchain_stack(memory=True)
     ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
     assert ha.verdict == "FAIL"
     assert values(ha)["lost_turns"] > 0
@@ -157,18 +182,23 @@ def test_chat_history_in_each_replicas_memory_fails_ha_for_lost_turns(langchain_
     assert "error rate in the fault window" not in failed_checks(ha)  # every turn was answered: it was not kept
 
 
-def test_replicas_with_no_activator_in_front_fail_cold_start(langchain_stack, tmp_path):
-    stack = langchain_stack("sql", "--no-activator")
-    cold = execute("cold-start", str(stack.profile), {"trials": "1"}, results=tmp_path / "results")
+STACKS = ["langchain_stack", "agno_stack"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_replicas_with_no_activator_in_front_fail_cold_start(stack, request, tmp_path):
+    started = request.getfixturevalue(stack)("--no-activator")
+    cold = execute("cold-start", str(started.profile), {"trials": "1"}, results=tmp_path / "results")
     assert cold.verdict == "FAIL"
     assert values(cold)["trials_completed"] == 0
     assert "cold-start trials that did not complete" in failed_checks(cold)
-    wait_for(lambda: '"desired": 2' in stack.ctl("status"), timeout=30)  # the rollback scaled it back
+    wait_for(lambda: '"desired": 2' in started.ctl("status"), timeout=30)  # the rollback scaled it back
 
 
-def test_backups_that_hold_nothing_fail_the_restore_drill(langchain_stack, tmp_path):
-    stack = langchain_stack("sql", "--store-bug", "empty-backups")
-    restore = execute("restore-drill", str(stack.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
+@pytest.mark.parametrize("stack", STACKS)
+def test_backups_that_hold_nothing_fail_the_restore_drill(stack, request, tmp_path):
+    started = request.getfixturevalue(stack)("--store-bug", "empty-backups")
+    restore = execute("restore-drill", str(started.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
     assert restore.verdict == "FAIL"
     assert "integrity of restored sessions" in failed_checks(restore)
 
@@ -179,22 +209,31 @@ LITELLM = "litellm[proxy]==1.108.7"  # in its own virtual environment: its pins 
 MASTER_KEY = "sk-drillbook-test-master-key-0123456789"
 
 
-@pytest.fixture(scope="session")
-def litellm_venv() -> Path:
-    """The LiteLLM proxy installed from PyPI once into a cache folder, keyed by its version."""
-    folder = Path.home() / ".cache" / "drillbook" / ("litellm-" + LITELLM.split("==")[1])
-    if not (folder / "bin" / "litellm").exists():
+def cached_venv(requirement: str) -> Path:
+    """A third-party service installed from PyPI once into its own virtual environment (its pins
+    are not drillbook's), in a cache folder keyed by the requirement."""
+    name = requirement.split("[")[0].split("==")[0] + "-" + requirement.split("==")[1]
+    folder = Path.home() / ".cache" / "drillbook" / name
+    done = folder / "installed.txt"
+    if not done.exists() or done.read_text() != requirement:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, timeout=120)
-        installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", LITELLM],
+        installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
                                    capture_output=True, text=True, timeout=900)
         if installed.returncode != 0:
-            pytest.skip(f"{LITELLM} could not be installed: {installed.stderr.strip().splitlines()[-1:]}")
+            pytest.skip(f"{requirement} could not be installed: {installed.stderr.strip().splitlines()[-1:]}")
+        done.write_text(requirement)
     return folder
 
 
-@pytest.fixture
-def litellm_proxy(litellm_venv: Path, tmp_path: Path) -> Iterator[str]:
-    config = tmp_path / "litellm.yaml"
+@pytest.fixture(scope="session")
+def litellm_venv() -> Path:
+    return cached_venv(LITELLM)
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(litellm_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One LiteLLM proxy with mock responses for this module's tests (it keeps no state)."""
+    config = tmp_path_factory.mktemp("litellm") / "litellm.yaml"
     config.write_text(yaml.safe_dump({
         "model_list": [{"model_name": "default", "litellm_params": {"model": "openai/mock", "mock_response": "Noted."}}],
         "general_settings": {"master_key": MASTER_KEY}}))
@@ -217,12 +256,7 @@ def litellm_proxy(litellm_venv: Path, tmp_path: Path) -> Iterator[str]:
         wait_for(live, timeout=120)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
+        stop_process(process)
 
 
 def test_the_openai_chat_preset_speaks_to_the_litellm_proxy_and_says_delivery_is_not_verifiable(
@@ -246,3 +280,58 @@ def test_the_openai_chat_preset_speaks_to_the_litellm_proxy_and_says_delivery_is
     assert summary["requests"] > 5 and summary["failures"] == 0
     assert summary["delivery"]["verifiable"] is False and summary["delivery"]["delivered"] is False
     assert loaded.returncode != 0 and "delivery not verifiable" in loaded.stderr
+
+
+# -- an Agno AgentOS service, with the LiteLLM proxy as its model gateway --------------------------
+
+AGNO_OS = "agno[os,openai,sqlite]==3.1.10"
+
+
+@pytest.fixture(scope="session")
+def agno_venv() -> Path:
+    return cached_venv(AGNO_OS)
+
+
+@pytest.fixture
+def agno_stack(platform: Platform, agno_venv: Path, litellm_proxy: str) -> Callable[..., Stack]:
+    """The worked example targets/examples/agno: AgentOS (app.py, its launch script) as two uvicorn
+    replicas over one sessions database, calling the LiteLLM proxy for its model."""
+    def start(*platform_flags: str, memory: bool = False) -> Stack:
+        db = "memory" if memory else "{db}"
+        replica = (f"env AGENT_DB={db} MODEL_URL={litellm_proxy} MODEL_KEY={MASTER_KEY} "
+                   f"{agno_venv / 'bin' / 'python'} -m uvicorn app:app --host 127.0.0.1 --port {{port}} "
+                   f"--app-dir {AGNO} --log-level warning")
+        return platform.start(AGNO, replica, *platform_flags)
+
+    return start
+
+
+def test_target_check_tests_the_agno_contract_end_to_end(agno_stack):
+    stack = agno_stack()
+    checked = drillbook("target", "check", str(stack.profile))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "the check turn found by content" in checked.stdout and "reply 'Noted.'" in checked.stdout
+
+
+def test_ha_cold_start_and_restore_pass_on_an_agno_service_with_only_a_profile(agno_stack, tmp_path):
+    stack = agno_stack()
+    ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
+    assert ha.verdict == "PASS", ha.summary
+    found = values(ha)
+    assert found["acknowledged_turns"] > 20 and found["lost_turns"] == 0 and len(found["killed_replicas"]) == 1
+
+    cold = execute("cold-start", str(stack.profile), {"trials": "2"}, results=tmp_path / "results")
+    assert cold.verdict == "PASS", cold.summary
+    assert values(cold)["first_turns_acknowledged"] == 2 and values(cold)["first_turns_lost"] == 0
+
+    restore = execute("restore-drill", str(stack.profile), {}, results=tmp_path / "results")
+    assert restore.verdict == "PASS", restore.summary
+    assert values(restore)["integrity"] == 1.0
+
+
+def test_agno_sessions_in_each_replicas_memory_fail_ha_for_lost_turns(agno_stack, tmp_path):
+    stack = agno_stack(memory=True)
+    ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
+    assert ha.verdict == "FAIL"
+    assert values(ha)["lost_turns"] > 0
+    assert "acknowledged turns lost" in failed_checks(ha)

@@ -57,3 +57,18 @@ def test_stored_turns_come_through_the_read_back_mapping():
     assert [t.content for t in turns] == ["one", "two"] and all(t.seq is None and t.hash is None for t in turns)
     with pytest.raises(ValueError, match="selects no list of turns"):
         stored_turns({"history": []}, mapping)
+
+
+def test_a_form_body_goes_as_form_fields_and_a_json_body_as_json():
+    form = AgentApi(open_session=None, turn="/agents/a/runs", body_format="form",
+                    turn_body={"message": "{input}", "session_id": "{session}", "stream": "false", "n": "{max_tokens}"})
+    rendered = form.turn_body_for("hi there", "s1", max_tokens=8)
+    assert form.body(rendered) == {"data": {"message": "hi there", "session_id": "s1", "stream": "false", "n": "8"}}
+    assert AgentApi().body({"input": "hi"}) == {"json": {"input": "hi"}}
+    assert AgentApi().body(None) == {}
+
+
+def test_a_form_template_must_be_flat():
+    with pytest.raises(ValidationError, match="must be a mapping of field names to strings or numbers"):
+        AgentApi(open_session=None, turn="/runs", body_format="form",
+                 turn_body={"input": {"text": "{input}"}, "session": "{session}"})

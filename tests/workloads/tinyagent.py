@@ -258,7 +258,7 @@ def serve(args: argparse.Namespace) -> None:
                 return self.answer(401, {"error": "unknown X-Api-Key"})
             length = int(self.headers.get("Content-Length") or 0)
             payload = self.rfile.read(length) if length else b""
-            headers = {"X-Team": team, "Content-Type": "application/json"}
+            headers = {"X-Team": team, "Content-Type": self.headers.get("Content-Type", "application/json")}
             if self.headers.get("X-Request-Id"):
                 headers["X-Request-Id"] = self.headers["X-Request-Id"]
             tried: set[str] = set()
@@ -277,7 +277,7 @@ def serve(args: argparse.Namespace) -> None:
                     replica.ready = False  # a dead or dying replica: try another
                     continue
                 self.send_response(response.status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
