@@ -63,10 +63,11 @@ def destroy_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]
     return {"destroyed_at": fault.at}
 
 
-def restore_store(backup: str = "latest", configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+def restore_store(backup: str = "latest", timeout_s: float = 60.0,
+                  configuration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore the state store from a backup with the on-call procedure itself (so the drill
-    rehearses exactly what on-call runs), then its post-checks; resolves this run's
-    store-destroyed faults."""
+    rehearses exactly what on-call runs), then its post-checks, which wait at most timeout_s for
+    the store to serve again; resolves this run's store-destroyed faults."""
     from drillbook.oncall.restore import RestoreProcedure
 
     run = RunContext.of(configuration or {})
@@ -75,7 +76,7 @@ def restore_store(backup: str = "latest", configuration: dict[str, Any] | None =
     for fault in run.ledger.open_faults(run.run_id):
         if fault.kind == "store-destroyed":
             run.ledger.resolve(fault, "restored by the experiment")
-    checked = procedure.postcheck()
+    checked = procedure.postcheck(timeout_s=float(timeout_s))
     run.record_measurement("restored", {"at": restored["at"], **restored["answer"], "postcheck": checked})
     return {**restored["answer"], "postcheck": checked}
 
