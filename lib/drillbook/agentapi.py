@@ -110,7 +110,8 @@ class AgentApi(StrictModel):
     input_field: str = "input"
     max_tokens_field: str | None = "max_tokens"
     idempotency_header: str | None = Field("Idempotency-Key", description="header carrying drillbook's "
-                                                                           "idempotency key; null: none is sent")
+                                                                           "idempotency key on every turn and session "
+                                                                           "open; null: none is sent")
     ack_seq_field: str | None = Field("seq", description="JMESPath: the turn's position in the answer")
     ack_digest_field: str | None = Field("hash", description="JMESPath: the turn's digest in the answer")
     reply_field: str | None = Field(None, description="JMESPath: the agent's reply text (shown by target check)")
@@ -248,15 +249,29 @@ class SessionNotOpened(Exception):
     """The API refused to open a session, or its answer carried no session id (the reason says which)."""
 
 
-def open_session(http: Any, api: AgentApi) -> str:
+def failure_reason(response: Any) -> str:
+    """`HTTP <status>` and, where the platform said why (a JSON body's `error` or `detail`), its
+    words: which of a gateway's failures a client saw is what an operator needs to know."""
+    status = f"HTTP {response.status_code}"
+    try:
+        body = response.json()
+    except ValueError:
+        return status
+    reason = (body.get("error") or body.get("detail")) if isinstance(body, dict) else None
+    return f"{status}: {str(reason)[:120]}" if reason else status
+
+
+def open_session(http: Any, api: AgentApi, idempotency_key: str | None = None) -> str:
     """A new session's id: opened with the API's open call, or named by drillbook where it has none.
 
-    ``http`` is an httpx.Client with the tenant's auth already set."""
+    ``http`` is an httpx.Client with the tenant's auth already set. The open carries the
+    idempotency header too (a new key unless one is given), so that a platform may retry it."""
     if api.mints_sessions():
         return api.minted_session()
-    response = http.post(api.open_session, **api.body(api.open_body()))
+    response = http.post(api.open_session, **api.body(api.open_body()),
+                         headers=api.turn_headers(idempotency_key or uuid.uuid4().hex))
     if response.status_code not in (200, 201):
-        raise SessionNotOpened(f"HTTP {response.status_code}")
+        raise SessionNotOpened(failure_reason(response))
     try:
         session_id = api.session_id_of(response.json())
     except ValueError:

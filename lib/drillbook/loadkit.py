@@ -226,8 +226,10 @@ class AgentClientUser(FastHttpUser):
         if self.api.mints_sessions():
             self.session_id = self.api.minted_session()
             return
+        key = uuid.uuid4().hex  # one key for every attempt: a retried open opens one session
         for attempt in range(TURN_RETRIES):
-            with self.client.post(self.api.open_session, **self.api.body(self.api.open_body()), headers=self.auth,
+            with self.client.post(self.api.open_session, **self.api.body(self.api.open_body()),
+                                  headers={**self.auth, **self.api.turn_headers(key)},
                                   name="open session", catch_response=True) as response:
                 if response.status_code in (200, 201):
                     self.session_id = self.api.session_id_of(response.json())

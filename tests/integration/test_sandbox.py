@@ -82,6 +82,17 @@ def test_a_retried_turn_is_not_applied_twice(sandbox):
         assert len(stored_turns(client, session_id)) == 1
 
 
+def test_a_retried_session_open_opens_one_session(sandbox):
+    """The gateway retries an open carrying an idempotency key on another replica; the retry must
+    get the session the first attempt opened, not a second one."""
+    with TenantClient(sandbox.gateway_url, sandbox.tenant_keys["tenant-a"]) as client:
+        first = client.create_session(idempotency_key="open-once")
+        assert client.create_session(idempotency_key="open-once") == first
+        assert client.create_session() != first
+    with TenantClient(sandbox.gateway_url, sandbox.tenant_keys["tenant-b"]) as other:
+        assert other.create_session(idempotency_key="open-once") != first
+
+
 def test_tenants_are_authenticated_and_isolated(sandbox):
     url = sandbox.gateway_url
     with TenantClient(url, sandbox.tenant_keys["tenant-a"]) as alice, \

@@ -59,6 +59,22 @@ def test_a_retried_key_is_applied_once(make_store):
     assert len(store.turns(session.id)) == 1
 
 
+def test_a_retried_session_open_opens_one_session_per_tenant(make_store):
+    store = make_store()
+    first = store.create_session("tenant-a", "open-key")
+    again = store.create_session("tenant-a", "open-key")
+    elsewhere = store.create_session("tenant-b", "open-key")
+    assert again == first
+    assert elsewhere.id != first.id and elsewhere.tenant == "tenant-b"
+    assert store.counts() == (2, 0)
+
+
+def test_without_idempotency_a_retried_open_opens_two_sessions(make_store):
+    store = make_store(idempotency=False)
+    assert store.create_session("t", "open-key").id != store.create_session("t", "open-key").id
+    assert store.counts() == (2, 0)
+
+
 def test_without_idempotency_a_retry_is_applied_twice(make_store):
     store = make_store(idempotency=False)
     session = store.create_session("t")

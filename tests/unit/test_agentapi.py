@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
-from drillbook.agentapi import MINTED_PREFIX, AgentApi, ReadBack, render
+from drillbook.agentapi import MINTED_PREFIX, AgentApi, ReadBack, failure_reason, render
 from drillbook.delivery import stored_turns
 
 LANGSERVE = {"open_session": None, "turn": "/chat/invoke", "idempotency_header": None,
@@ -72,3 +73,15 @@ def test_a_form_template_must_be_flat():
     with pytest.raises(ValidationError, match="must be a mapping of field names to strings or numbers"):
         AgentApi(open_session=None, turn="/runs", body_format="form",
                  turn_body={"input": {"text": "{input}"}, "session": "{session}"})
+
+
+@pytest.mark.parametrize(("response", "reason"), [
+    (httpx.Response(502, json={"error": "agent replica failed: ServerDisconnectedError"}),
+     "HTTP 502: agent replica failed: ServerDisconnectedError"),
+    (httpx.Response(422, json={"detail": [{"msg": "field required"}]}), "HTTP 422: [{'msg': 'field required'}]"),
+    (httpx.Response(503, text="<html>busy</html>"), "HTTP 503"),
+    (httpx.Response(500, json=["not", "a", "mapping"]), "HTTP 500"),
+    (httpx.Response(504, json={"error": "x" * 500}), "HTTP 504: " + "x" * 120),
+])
+def test_a_failure_keeps_the_reason_the_platform_gave(response, reason):
+    assert failure_reason(response) == reason

@@ -1,7 +1,9 @@
 """Client traffic that chaos probes drive through a gateway while a fault is in place.
 
-Concurrent sessions run turns (idempotency keys, retried once on failure as a client would) for
-a bounded time and number of turns; every request's latency and outcome is kept. A window is
+Concurrent sessions run turns (each with an idempotency key, sent once: retrying is the
+platform's job, and a client-side retry would hide a gateway that does not) for a bounded time and
+number of turns; every request's latency and outcome is kept, a failure with the reason the
+platform gave. A window is
 handed to whoever publishes it (the run's context) when it starts, so that safeguards watch it
 fill and later probes judge it; the run writes it to its folder once, at the end. This is
 deliberately small: sustained load belongs to Locust (drillbook.load).
@@ -19,7 +21,7 @@ from typing import Any, Callable
 
 import httpx
 
-from drillbook.agentapi import AgentApi, SessionNotOpened, open_session, receipt, send_turn
+from drillbook.agentapi import AgentApi, SessionNotOpened, failure_reason, open_session, receipt, send_turn
 from drillbook.measure import percentile
 
 REFERENCE_API = AgentApi()
@@ -91,7 +93,7 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
                 started = time.perf_counter()
                 try:
                     response = send_turn(http, api, session_id, f"turn {turn}", uuid.uuid4().hex, max_tokens)
-                    ok, error = response.status_code in (200, 201), f"HTTP {response.status_code}"
+                    ok, error = response.status_code in (200, 201), failure_reason(response)
                 except httpx.HTTPError as exc:
                     ok, error = False, type(exc).__name__
                 record(ok, (time.perf_counter() - started) * 1000, "" if ok else error)

@@ -94,7 +94,7 @@ class AgentService:
 
     async def create_session(self, request: web.Request) -> web.Response:
         tenant = self._tenant(request)
-        session = await self._db(self.store.create_session, tenant)
+        session = await self._db(self.store.create_session, tenant, request.headers.get("Idempotency-Key") or None)
         return web.json_response({"session_id": session.id, "tenant": session.tenant, "created_at": session.created_at},
                                  status=201)
 

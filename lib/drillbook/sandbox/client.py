@@ -110,8 +110,10 @@ class TenantClient:
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return self._http.request(method, path, **kwargs)
 
-    def create_session(self) -> str:
-        response = self.request("POST", "/v1/sessions")
+    def create_session(self, idempotency_key: str | None = None) -> str:
+        """Open a session under an idempotency key (a new one unless given), so that the gateway
+        may retry the open on another replica."""
+        response = self.request("POST", "/v1/sessions", headers={"Idempotency-Key": idempotency_key or uuid.uuid4().hex})
         self._expect(response, 201)
         return str(response.json()["session_id"])
 

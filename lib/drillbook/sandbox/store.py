@@ -7,6 +7,7 @@ thread-safe (one connection per thread); the async services call them from a thr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -90,7 +91,10 @@ class StateStore(ABC):
         """Raise StoreUnavailable unless the store answers and holds its schema."""
 
     @abstractmethod
-    def create_session(self, tenant: str) -> Session: ...
+    def create_session(self, tenant: str, idempotency_key: str | None = None) -> Session:
+        """Open a session. With idempotency on, a key already used by the tenant returns the
+        session it opened (a retried open, say after the replica that ran it died, opens nothing
+        new); the id is derived from tenant and key, so the store needs no column for it."""
 
     @abstractmethod
     def get_session(self, session_id: str) -> Session | None: ...
@@ -235,11 +239,21 @@ class SqlStore(StateStore):
     def ping(self) -> None:
         self._run(lambda conn: self._query(conn, "SELECT 1 FROM {t}sessions LIMIT 1"))
 
-    def create_session(self, tenant: str) -> Session:
-        session = Session(self._new_session_id(), tenant, utc_now_iso())
-        self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) VALUES (?, ?, ?)"),
-                                            (session.id, session.tenant, session.created_at)))
-        return session
+    def create_session(self, tenant: str, idempotency_key: str | None = None) -> Session:
+        if idempotency_key is None or not self.idempotency:
+            session = Session(self._new_session_id(), tenant, utc_now_iso())
+            self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) "
+                                                          "VALUES (?, ?, ?)"),
+                                                (session.id, session.tenant, session.created_at)))
+            return session
+        session_id = "ses_" + hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:16]
+        self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) VALUES (?, ?, ?) "
+                                                      "ON CONFLICT (id) DO NOTHING"),
+                                            (session_id, tenant, utc_now_iso())))
+        stored = self.get_session(session_id)
+        if stored is None:
+            raise StoreUnavailable(f"session {session_id} vanished right after it was opened")
+        return stored
 
     def get_session(self, session_id: str) -> Session | None:
         rows = self._run(lambda conn: self._query(conn, "SELECT id, tenant, created_at FROM {t}sessions WHERE id = ?",
