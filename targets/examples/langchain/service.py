@@ -15,6 +15,7 @@ mistake that drillbook's HA and restore drills must catch (a replica's loss lose
 from __future__ import annotations
 
 import os
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException
 from langchain_community.chat_message_histories import SQLChatMessageHistory
@@ -24,6 +25,7 @@ from langchain_core.messages import messages_to_dict
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langserve import add_routes
+from sqlalchemy.exc import OperationalError
 
 DATABASE = os.environ.get("CHAT_HISTORY_URL", "memory")
 _in_memory: dict[str, InMemoryChatMessageHistory] = {}
@@ -40,7 +42,21 @@ prompt = ChatPromptTemplate.from_messages([
 agent = RunnableWithMessageHistory(prompt | FakeListChatModel(responses=["Noted.", "Done.", "On it."]), history,
                                    input_messages_key="input", history_messages_key="history")
 
-app = FastAPI(title="agent")
+@asynccontextmanager
+async def history_table(app: FastAPI):
+    """SQLChatMessageHistory makes its table on first use, and first requests racing on a new
+    database (two replicas, or two requests of one) fail with "table message_store already
+    exists"; so the table is made before requests come. A replica that loses that race to
+    another finds the table made on its second look."""
+    if DATABASE != "memory":
+        try:
+            await history("startup").aget_messages()
+        except OperationalError:
+            await history("startup").aget_messages()
+    yield
+
+
+app = FastAPI(title="agent", lifespan=history_table)
 add_routes(app, agent, path="/chat")
 
 
