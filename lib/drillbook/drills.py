@@ -65,7 +65,7 @@ class ReadinessWatch:
         return next((t for t, ok in self.samples if t >= moment and ok), None)
 
 
-def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[str, float]:
+def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_timeout_s: float = 60.0) -> dict[str, float]:
     """N trials of scale-to-zero, idle, first request; P50/P95/P99 of time to first token, by phase."""
     from drillbook.delivery import Receipt
 
@@ -75,7 +75,7 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float) -> dict[s
         # The experiment only has to work; the runbook judges P95 over all trials.
         # The experiment's hypothesis holds each first token to the SLO; its verdict is kept per
         # trial, and the runbook judges P95 over all trials.
-        result = run.chaos("cold-start", idle_s=idle_s, max_cold_start_s=slo_p95_s)
+        result = run.chaos("cold-start", idle_s=idle_s, max_cold_start_s=slo_p95_s, ready_timeout_s=ready_timeout_s)
         run.record(f"trial_{index + 1}_experiment_verdict", result.verdict)
         if result.verdict not in ("PASS", "FAIL"):
             run.record(f"trial_{index + 1}_error", "; ".join(result.reasons) or result.verdict)

@@ -182,7 +182,9 @@ def test_noisy_neighbour_passes_with_fair_sharing_and_fails_without(sandbox_fact
     assert passed.verdict == "PASS", passed.summary
     values = run_recorded(passed.bundle)["values"]
     assert values["victim_p95_ratio"] < 3.0
-    assert values["slot_share"]["tenant-b"] > values["slot_share"]["tenant-a"]  # the aggressor used more
+    # The aggressor really flooded: fair sharing gives it at most half of the burst, and the
+    # share counts the victim's baseline too, so a real burst is over a fifth (0.5 measured).
+    assert values["slot_share"]["tenant-b"] > 0.2
     unfair = sandbox_factory(tokens_per_second=200, defects=["no-fair-sharing"])
     failed = execute("noisy-neighbour", overrides=fast, results=tmp_path / "unfair", sandbox_state=unfair.state_dir)
     assert failed.verdict == "FAIL"

@@ -24,6 +24,7 @@ class ColdStartParameters(Parameters):
     trials: Annotated[int, Field(ge=1, le=1000)] = 3
     idle_s: Wait = IDLE_S
     slo_p95_s: Seconds = SLO_S
+    ready_timeout_s: Seconds = 60.0  # how long the agent tier may take to serve, before and after a trial
 
 
 SCENARIO = register(Scenario(
