@@ -230,6 +230,8 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     error_rate = float((~in_fault["ok"]).mean()) if len(in_fault) else None
     delivery = run.audit_delivery(load_result.receipts)
     run.record("experiment_verdict", result.verdict)
+    # What the experiment's own clients saw fail through the kill, by the platform's reason.
+    run.record("experiment_traffic_errors", (result.measurements.get("traffic_fault") or {}).get("errors", {}))
     run.record("killed_replicas", killed)
     run.record("requests", load_result.total_requests)
     run.record("baseline_p95_ms", baseline_p95, "ms")

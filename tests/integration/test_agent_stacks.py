@@ -156,7 +156,7 @@ def test_target_check_tests_the_langserve_contract_end_to_end(langchain_stack):
 def test_ha_cold_start_and_restore_pass_on_a_langchain_service_with_only_a_profile(langchain_stack, tmp_path):
     stack = langchain_stack()
     ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
-    assert ha.verdict == "PASS", ha.summary
+    assert ha.verdict == "PASS", ha.explain()
     found = values(ha)
     assert found["acknowledged_turns"] > 20 and found["lost_turns"] == 0 and len(found["killed_replicas"]) == 1
     # drillbook's own receipts carry the audit: LangServe gives neither a position nor a digest.
@@ -165,11 +165,11 @@ def test_ha_cold_start_and_restore_pass_on_a_langchain_service_with_only_a_profi
     assert receipts and all(r["seq"] is None and r["hash"] is None and r["sent"] for r in receipts)
 
     cold = execute("cold-start", str(stack.profile), {"trials": "2"}, results=tmp_path / "results")
-    assert cold.verdict == "PASS", cold.summary
+    assert cold.verdict == "PASS", cold.explain()
     assert values(cold)["first_turns_acknowledged"] == 2 and values(cold)["first_turns_lost"] == 0
 
     restore = execute("restore-drill", str(stack.profile), {}, results=tmp_path / "results")
-    assert restore.verdict == "PASS", restore.summary
+    assert restore.verdict == "PASS", restore.explain()
     assert values(restore)["integrity"] == 1.0
 
 
@@ -318,16 +318,16 @@ def test_target_check_tests_the_agno_contract_end_to_end(agno_stack):
 def test_ha_cold_start_and_restore_pass_on_an_agno_service_with_only_a_profile(agno_stack, tmp_path):
     stack = agno_stack()
     ha = execute("ha-replica-loss", str(stack.profile), HA, results=tmp_path / "results")
-    assert ha.verdict == "PASS", ha.summary
+    assert ha.verdict == "PASS", ha.explain()
     found = values(ha)
     assert found["acknowledged_turns"] > 20 and found["lost_turns"] == 0 and len(found["killed_replicas"]) == 1
 
     cold = execute("cold-start", str(stack.profile), {"trials": "2"}, results=tmp_path / "results")
-    assert cold.verdict == "PASS", cold.summary
+    assert cold.verdict == "PASS", cold.explain()
     assert values(cold)["first_turns_acknowledged"] == 2 and values(cold)["first_turns_lost"] == 0
 
     restore = execute("restore-drill", str(stack.profile), {}, results=tmp_path / "results")
-    assert restore.verdict == "PASS", restore.summary
+    assert restore.verdict == "PASS", restore.explain()
     assert values(restore)["integrity"] == 1.0
 
 

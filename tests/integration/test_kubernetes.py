@@ -200,10 +200,10 @@ def test_shedding_a_tenant_on_kubernetes_lowers_its_namespace_quota_and_the_undo
             shed = execute("shed-noisy-tenant", str(path), real, results=tmp_path / "results")
             hard = core.read_namespaced_resource_quota("inference", tenant_ns).spec.hard
             undo = execute("shed-noisy-tenant", str(path), {**real, "undo": "True"}, results=tmp_path / "results")
-        assert shed.verdict == "PASS", shed.summary
+        assert shed.verdict == "PASS", shed.explain()
         assert hard == {"pods": "2", "requests.nvidia.com/gpu": "0"}
         assert recorded(shed.bundle / "runbook.ipynb")["values"]["limits_before"]["noisy"]["pods"] == "10"
-        assert undo.verdict == "PASS", undo.summary
+        assert undo.verdict == "PASS", undo.explain()
         assert core.read_namespaced_resource_quota("inference", tenant_ns).spec.hard == {
             "pods": "10", "requests.nvidia.com/gpu": "1"}
     finally:

@@ -56,7 +56,7 @@ def test_ha_runbook_on_kubernetes_passes_and_the_replicaset_replaces_the_pod(k8s
     before = {p.metadata.name for p in client.CoreV1Api(k8s_cluster.api).list_namespaced_pod(
         platform.namespace, label_selector="app=agent").items}
     executed = execute("ha-replica-loss", str(platform.profile), HA, results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["lost_turns"] == 0 and found["acknowledged_turns"] > 20
     killed = found["killed_replicas"]
@@ -73,7 +73,7 @@ def test_ha_runbook_on_kubernetes_fails_when_the_gateway_does_not_retry(k8s_clus
     # between turns the kill could, under a loaded machine, fall between two of them).
     executed = execute("ha-replica-loss", str(platform.profile), {**HA, "users": "10", "think_time_s": "0.0"},
                        results=tmp_path / "results")
-    assert executed.verdict == "FAIL", executed.summary
+    assert executed.verdict == "FAIL", executed.explain()
     assert values(executed.bundle)["error_rate_fault"] > 0
 
 
@@ -81,7 +81,7 @@ def test_cold_start_on_kubernetes_scales_from_zero_through_the_api(k8s_cluster, 
     platform = k8s_platform(model_load_delay_s=0.5)
     executed = execute("cold-start", str(platform.profile), {"trials": "2", "idle_s": "0.2"},
                        results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["trials_completed"] == 2 and found["first_turns_lost"] == 0
     assert found["cold_start_p95_s"] >= 0.5  # at least the model's load delay
@@ -93,7 +93,7 @@ def test_noisy_neighbour_on_kubernetes_two_tenant_namespaces_share_the_inference
                                                                                       tmp_path):
     platform = k8s_platform()
     executed = execute("noisy-neighbour", str(platform.profile), results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["victim_p95_ratio"] <= 3.0 and found["slot_share"]["tenant-b"] > found["slot_share"]["tenant-a"]
     apps = client.AppsV1Api(k8s_cluster.api)
@@ -104,7 +104,7 @@ def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgre
                                                                                    pg_dsn, tmp_path):
     platform = k8s_platform(store="postgres", dsn=pg_dsn)
     executed = execute("restore-drill", str(platform.profile), results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["backup_created"] is True and found["rpo_turns"] == 6 and found["integrity"] == 1.0
     assert len(list((tmp_path / f"{platform.namespace}-backups").glob("*.dump"))) == 1

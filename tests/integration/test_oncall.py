@@ -46,7 +46,7 @@ def test_triage_is_quiet_on_a_quiet_sandbox(sandbox, tmp_path):
         client.turn(session, "hello")
     executed = execute("agent-latency-triage", overrides={"window_s": "2"}, results=tmp_path / "results",
                        sandbox_state=sandbox.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["findings"][0].startswith("info: nothing alarming") and found["next_runbook"] is None
     assert found["operator"] and found["incident"] == "none"
@@ -60,7 +60,7 @@ def test_triage_names_the_aggressor_while_the_noisy_tenant_load_runs(sandbox_fac
                            results=tmp_path / "results", sandbox_state=handle.state_dir)
     finally:
         load.stop()
-    assert executed.verdict == "FAIL", executed.summary
+    assert executed.verdict == "FAIL", executed.explain()
     found = values(executed.bundle)
     assert any(f.startswith("warning: tenant tenant-b holds") for f in found["findings"]), found["findings"]
     assert found["next_runbook"] == "shed-noisy-tenant"
@@ -86,7 +86,7 @@ def test_restore_runbook_dry_run_changes_nothing_and_a_real_run_needs_confirm(sa
     before = _store_bytes(sandbox.state_dir)
     assert before
     executed = execute("restore-agent-state", results=tmp_path / "results", sandbox_state=sandbox.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["dry_run"] is True and found["precheck"]["live_turns"] == 5
     assert found["plan"][0].startswith("restore backup ") and "3 turns" in found["plan"][0]
@@ -107,7 +107,7 @@ def test_restore_runbook_dry_run_changes_nothing_and_a_real_run_needs_confirm(sa
     executed = execute("restore-agent-state", overrides={"dry_run": "False", "confirm": "sandbox",
                                                          "incident": "INC-1", "operator": "alice"},
                        results=tmp_path / "results", sandbox_state=sandbox.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)
     assert found["turns_lost"] == 2 and found["sessions_with_lost_turns"] == {session: 2}
     assert found["operator"] == "alice" and found["incident"] == "INC-1"
@@ -142,11 +142,11 @@ def test_shedding_the_aggressor_lowers_the_victims_queue_wait_and_the_undo_resto
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
     finally:
         load.stop()
-    assert shed.verdict == "PASS", shed.summary
+    assert shed.verdict == "PASS", shed.explain()
     found = values(shed.bundle)
     assert found["others_queue_wait_ms_after"] < 0.5 * found["others_queue_wait_ms_before"], found
     assert "undo=True" in found["undo_command"]
-    assert undo.verdict == "PASS", undo.summary
+    assert undo.verdict == "PASS", undo.explain()
     with handle.control() as control:
         assert control.tenant_limits()["tenant-b"] == original
     ledger = [json.loads(line) for line in (handle.state_dir / "mitigations.jsonl").read_text().splitlines()]

@@ -142,7 +142,7 @@ HA = {"users": "6", "duration_s": "14.0", "kill_after_s": "3.0", "think_time_s":
 def test_ha_runbook_passes_on_a_workload_known_only_by_its_profile(tinyagent, tmp_path):
     agent = tinyagent()
     executed = execute("ha-replica-loss", str(agent.profile), HA, results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)["values"]
     assert found["lost_turns"] == 0 and found["duplicated_turns"] == 0
     assert found["acknowledged_turns"] > 20 and len(found["killed_replicas"]) == 1
@@ -158,7 +158,7 @@ def test_ha_runbook_passes_on_a_workload_known_only_by_its_profile(tinyagent, tm
 def test_ha_runbook_fails_when_the_workload_loses_acknowledged_turns(tinyagent, tmp_path):
     agent = tinyagent(bug="lose-first-turn")
     executed = execute("ha-replica-loss", str(agent.profile), HA, results=tmp_path / "results")
-    assert executed.verdict == "FAIL", executed.summary
+    assert executed.verdict == "FAIL", executed.explain()
     found = values(executed.bundle)["values"]
     assert found["lost_turns"] >= 6  # every session's first turn, at least
     failed = {c["name"] for c in executed.summary["checks"] if not c["passed"]}
@@ -169,7 +169,7 @@ def test_cold_start_runbook_passes_and_fails_on_the_same_workload_kind(tinyagent
     healthy = tinyagent()
     executed = execute("cold-start", str(healthy.profile), {"trials": "2", "idle_s": "0.2"},
                        results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)["values"]
     assert found["trials_completed"] == 2 and found["first_turns_lost"] == 0
     assert found["cold_start_p95_s"] >= 0.25  # at least a worker's start-up
@@ -178,7 +178,7 @@ def test_cold_start_runbook_passes_and_fails_on_the_same_workload_kind(tinyagent
     buggy = tinyagent(bug="lose-first-turn")
     executed = execute("cold-start", str(buggy.profile), {"trials": "1", "idle_s": "0.2"},
                        results=tmp_path / "results")
-    assert executed.verdict == "FAIL", executed.summary
+    assert executed.verdict == "FAIL", executed.explain()
     assert values(executed.bundle)["values"]["first_turns_lost"] == 1
 
 
@@ -186,7 +186,7 @@ def test_a_workload_without_read_back_is_not_verifiable_and_cannot_pass(tinyagen
     agent = tinyagent(verifier="none")
     executed = execute("cold-start", str(agent.profile), {"trials": "1", "idle_s": "0.1"},
                        results=tmp_path / "results")
-    assert executed.verdict == "FAIL", executed.summary
+    assert executed.verdict == "FAIL", executed.explain()
     found = values(executed.bundle)["values"]
     assert found["delivery_verifiable"] is False and found["first_turns_lost"] is None
     check = next(c for c in executed.summary["checks"] if c["name"] == "first turns from zero lost")
@@ -233,7 +233,7 @@ def test_the_delivery_audit_reads_tinyagent_through_its_plugin(tinyagent):
 def test_restore_drill_runs_the_profiles_store_commands(tinyagent, tmp_path):
     agent = tinyagent()
     executed = execute("restore-drill", str(agent.profile), results=tmp_path / "results")
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     found = values(executed.bundle)["values"]
     assert found["backup_created"] is True and found["rpo_turns"] == 6 and found["integrity"] == 1.0
     backups = list((tmp_path / "tinyagent-0" / "backups").glob("*.sqlite"))

@@ -57,7 +57,7 @@ def test_cold_start_passes_and_records_its_figures(sandbox_factory, tmp_path):
     before = replicas(handle)
     executed = execute("cold-start", overrides={"trials": "2", "idle_s": "0.2"}, results=tmp_path / "results",
                        sandbox_state=handle.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     values = run_recorded(executed.bundle)
     assert values["verdict"] == "PASS" and values["values"]["trials_completed"] == 2
     assert 0.3 <= values["values"]["cold_start_p95_s"] < 5.0  # at least the model's load delay
@@ -79,7 +79,7 @@ def test_cold_start_fails_with_a_slow_model_load_and_an_slo_below_it(sandbox_fac
 def test_restore_drill_passes_with_rto_rpo_and_integrity(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=0)
     executed = execute("restore-drill", results=tmp_path / "results", sandbox_state=handle.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     values = run_recorded(executed.bundle)["values"]
     assert values["rpo_turns"] == 6 and values["integrity"] == 1.0 and 0 < values["rto_s"] < 30
     assert values["backup_created"] is True
@@ -145,7 +145,7 @@ def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp
     executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3",
                                                      "max_recovery_s": "7"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     values = run_recorded(executed.bundle)["values"]
     assert values["lost_turns"] == 0 and values["acknowledged_turns"] > 20 and values["error_rate_fault"] == 0
     assert values["recovery_time_s"] is not None and values["replicas_recovered_s"] > 0
@@ -158,7 +158,7 @@ def test_ha_with_load_workers_audits_every_workers_turns(sandbox_factory, tmp_pa
     executed = execute("ha-replica-loss", overrides={"users": "6", "duration_s": "12", "kill_after_s": "3",
                                                      "max_recovery_s": "7", "load_workers": "2"},
                        results=tmp_path / "results", sandbox_state=handle.state_dir)
-    assert executed.verdict == "PASS", executed.summary
+    assert executed.verdict == "PASS", executed.explain()
     receipts = [p for p in (executed.bundle / "load").glob("receipts-*.jsonl") if p.stat().st_size]
     assert len(receipts) == 2  # one file per worker
     values = run_recorded(executed.bundle)["values"]
@@ -179,7 +179,7 @@ def test_noisy_neighbour_passes_with_fair_sharing_and_fails_without(sandbox_fact
     fast = {"baseline_s": "2", "burst_s": "3"}
     fair = sandbox_factory(tokens_per_second=200)
     passed = execute("noisy-neighbour", overrides=fast, results=tmp_path / "fair", sandbox_state=fair.state_dir)
-    assert passed.verdict == "PASS", passed.summary
+    assert passed.verdict == "PASS", passed.explain()
     values = run_recorded(passed.bundle)["values"]
     assert values["victim_p95_ratio"] < 3.0
     # The aggressor really flooded: fair sharing gives it at most half of the burst, and the

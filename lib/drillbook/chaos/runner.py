@@ -111,7 +111,9 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     if journal.get("status") in ("interrupted", "aborted"):
         return "ABORTED", [f"run {journal['status']}"] + reasons
     if before is not None and not before.get("steady_state_met"):
-        return "ERROR", ["steady state not met before the fault: nothing was judged"] + reasons
+        missed = [probe["activity"]["name"] for probe in before.get("probes", []) if not probe.get("tolerance_met")]
+        return "ERROR", [f"steady state not met before the fault (probe {', '.join(missed) or 'unknown'} missed its "
+                         "tolerance): nothing was judged"] + reasons
     deviated = False
     for state in during:
         if not state.get("steady_state_met"):

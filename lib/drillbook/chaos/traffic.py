@@ -51,10 +51,10 @@ class TrafficWindow:
     def percentile_ms(self, quantile: float) -> float:
         return percentile(self.latencies_ms, quantile)
 
-    def summary(self) -> dict[str, float | int | str]:
+    def summary(self) -> dict[str, Any]:
         return {"window": self.name, "tenant": self.tenant, "acknowledged": self.acknowledged, "failed": self.failed,
                 "error_rate": self.error_rate, "p50_ms": self.percentile_ms(0.5), "p95_ms": self.percentile_ms(0.95),
-                "started": self.started, "ended": self.ended}
+                "started": self.started, "ended": self.ended, "errors": dict(self.errors)}
 
 
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
