@@ -166,7 +166,7 @@ class AgentApi(StrictModel):
         return render(self.turn_body, {"input": text, "session": session_id, "idempotency_key": idempotency_key,
                                        "max_tokens": max_tokens or None})
 
-    def turn_headers(self, idempotency_key: str | None) -> dict[str, str]:
+    def idempotency_headers(self, idempotency_key: str | None) -> dict[str, str]:
         return {self.idempotency_header: idempotency_key} if self.idempotency_header and idempotency_key else {}
 
     def mints_sessions(self) -> bool:
@@ -261,15 +261,15 @@ def failure_reason(response: Any) -> str:
     return f"{status}: {str(reason)[:120]}" if reason else status
 
 
-def open_session(http: Any, api: AgentApi, idempotency_key: str | None = None) -> str:
+def open_session(http: Any, api: AgentApi) -> str:
     """A new session's id: opened with the API's open call, or named by drillbook where it has none.
 
-    ``http`` is an httpx.Client with the tenant's auth already set. The open carries the
-    idempotency header too (a new key unless one is given), so that a platform may retry it."""
+    ``http`` is an httpx.Client with the tenant's auth already set. The open carries a new
+    idempotency key, so that a platform may retry it."""
     if api.mints_sessions():
         return api.minted_session()
     response = http.post(api.open_session, **api.body(api.open_body()),
-                         headers=api.turn_headers(idempotency_key or uuid.uuid4().hex))
+                         headers=api.idempotency_headers(uuid.uuid4().hex))
     if response.status_code not in (200, 201):
         raise SessionNotOpened(failure_reason(response))
     try:
@@ -286,7 +286,7 @@ def send_turn(http: Any, api: AgentApi, session_id: str, text: str, idempotency_
     """POST one turn (not streamed); the httpx response."""
     return http.post(api.turn_path(session_id), **api.body(api.turn_body_for(text, session_id, idempotency_key,
                                                                              max_tokens)),
-                     headers=api.turn_headers(idempotency_key))
+                     headers=api.idempotency_headers(idempotency_key))
 
 
 def receipt(api: AgentApi, answer: Any, session_id: str, tenant: str, sent: str, idempotency_key: str | None,

@@ -155,6 +155,103 @@ def running_in_ci() -> bool:
     return os.environ.get(ENV_CI, "").lower() in {"1", "true", "yes"}
 
 
+# -- a reference-platform service in a container (deploy/platform) ----------------------------
+
+ENV_INTERNAL_TOKEN = "DRILLBOOK_INTERNAL_TOKEN"
+ENV_TENANT_KEYS_FILE = "DRILLBOOK_TENANT_KEYS_FILE"
+ENV_INFERENCE_URL = "DRILLBOOK_INFERENCE_URL"
+ENV_GATEWAY_URL = "DRILLBOOK_GATEWAY_URL"
+ENV_DISCOVERY = "DRILLBOOK_DISCOVERY"
+ENV_PORT = "DRILLBOOK_PORT"
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+CONTAINER_STATE_DIR = Path("/var/lib/drillbook")
+
+
+class InCluster(StrictModel):
+    """The Kubernetes API as a pod sees it: the service's address, its service account's token."""
+
+    server: str
+    token: str
+    ca_file: str
+    namespace: str
+
+
+class ServiceEnvironment(StrictModel):
+    """How a reference-platform service runs when it is not started by the sandbox's supervisor
+    but as a container (deploy/platform): everything from DRILLBOOK_* environment variables.
+
+    DRILLBOOK_INTERNAL_TOKEN             the secret the platform's services share (all but the aggressor)
+    DRILLBOOK_GATEWAY_URL                where the aggressor sends its flood (the gateway's Service)
+    DRILLBOOK_TENANT_KEYS_FILE           the gateway's tenants: one `tenant=key` a line
+    DRILLBOOK_INFERENCE_URL              where an agent asks for generations (the gateway's internal route)
+    DRILLBOOK_PG_DSN                     the agents' PostgreSQL store (else SQLite under DRILLBOOK_STATE_DIR)
+    DRILLBOOK_DISCOVERY=kubernetes       the gateway finds agent and model pods through the API
+    DRILLBOOK_PORT                       the port to serve on, on every address of the pod (8080)
+    DRILLBOOK_<SETTING>                  any `drillbook sandbox up` setting, e.g. DRILLBOOK_GPU_SLOTS
+    """
+
+    internal_token: str | None = Field(None, min_length=16)
+    replica: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    state_dir: Path = CONTAINER_STATE_DIR
+    tenant_keys: dict[str, str] = Field(default_factory=dict)
+    inference_url: str | None = None
+    gateway_url: str | None = None
+    kubernetes: InCluster | None = None
+    settings: dict[str, str] = Field(default_factory=dict, description="SandboxConfig fields, as given")
+
+
+def _tenant_keys(path: Path) -> dict[str, str]:
+    keys = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            tenant, sep, key = line.partition("=")
+            if not sep or not TENANT_NAME.match(tenant.strip()) or not key.strip():
+                raise ConfigError(f"{ENV_TENANT_KEYS_FILE} {path} line {number}: expected tenant=key")
+            keys[tenant.strip()] = key.strip()
+    return keys
+
+
+def service_environment(environ: dict[str, str] | None = None, internal: bool = True) -> ServiceEnvironment:
+    """A container's service settings from its environment; one ConfigError line when unusable.
+    internal: the service takes part in the platform's internal calls and needs the shared token."""
+    env = dict(os.environ if environ is None else environ)
+    token = env.get(ENV_INTERNAL_TOKEN, "")
+    if internal and not token:
+        raise ConfigError(f"{ENV_INTERNAL_TOKEN} is not set: the platform's services share it (a Secret)")
+    values: dict[str, object] = {"internal_token": token or None, "replica": env.get("HOSTNAME") or "replica"}
+    if env.get(ENV_PORT):
+        values["port"] = env[ENV_PORT]
+    if env.get(ENV_STATE_DIR):
+        values["state_dir"] = env[ENV_STATE_DIR]
+    if env.get(ENV_TENANT_KEYS_FILE):
+        path = Path(env[ENV_TENANT_KEYS_FILE])
+        if not path.is_file():
+            raise ConfigError(f"{ENV_TENANT_KEYS_FILE} {path} is not a file")
+        values["tenant_keys"] = _tenant_keys(path)
+    if env.get(ENV_INFERENCE_URL):
+        values["inference_url"] = env[ENV_INFERENCE_URL]
+    if env.get(ENV_GATEWAY_URL):
+        values["gateway_url"] = env[ENV_GATEWAY_URL]
+    discovery = env.get(ENV_DISCOVERY, "")
+    if discovery not in {"", "kubernetes"}:
+        raise ConfigError(f"{ENV_DISCOVERY} {discovery!r}: the only discovery is 'kubernetes'")
+    if discovery:
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host or not (SERVICE_ACCOUNT / "token").is_file():
+            raise ConfigError(f"{ENV_DISCOVERY}=kubernetes outside a pod: no KUBERNETES_SERVICE_HOST or "
+                              f"service-account token in {SERVICE_ACCOUNT}")
+        values["kubernetes"] = {"server": f"https://{host}:{port}", "token": (SERVICE_ACCOUNT / "token").read_text(),
+                                "ca_file": str(SERVICE_ACCOUNT / "ca.crt"),
+                                "namespace": (SERVICE_ACCOUNT / "namespace").read_text().strip()}
+    settings = {name: env[f"DRILLBOOK_{name.upper()}"] for name in SandboxConfig.model_fields
+                if f"DRILLBOOK_{name.upper()}" in env and name not in {"dsn", "store", "gateway_port"}}
+    if env.get(ENV_PG_DSN):
+        settings.update(store="postgres", dsn=env[ENV_PG_DSN])
+    values["settings"] = settings
+    return build(ServiceEnvironment, **values)
+
+
 ENV_HOME = "DRILLBOOK_HOME"
 DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 

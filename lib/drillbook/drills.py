@@ -65,7 +65,7 @@ class ReadinessWatch:
         return next((t for t, ok in self.samples if t >= moment and ok), None)
 
 
-def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_timeout_s: float = 60.0) -> dict[str, float]:
+def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_timeout_s: float) -> dict[str, float]:
     """N trials of scale-to-zero, idle, first request; P50/P95/P99 of time to first token, by phase."""
     from drillbook.delivery import Receipt
 
@@ -188,7 +188,8 @@ def _recovery_missing(fault_at: float | None, ready_at: float | None, after_kill
 
 def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
                     max_error_rate: float, max_recovery_s: float, max_p95_ms: float, think_time_s: float = 0.2,
-                    load_workers: int = 0, tolerance: float = 2.0, hold_s: float = HOLD_S) -> dict[str, Any]:
+                    load_workers: int = 0, kill_signal: str = "SIGKILL", tolerance: float = 2.0,
+                    hold_s: float = HOLD_S) -> dict[str, Any]:
     """Agent sessions under Locust load; kill replicas mid-session; recovery, errors, p95 and delivery."""
     import time
 
@@ -201,8 +202,8 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     time.sleep(kill_after_s)  # the baseline, measured from when requests actually flow
     with ReadinessWatch(run, "agent") as watch:
         # The experiment's own traffic through the kill is held to the same error budget.
-        result = run.chaos("ha-replica-loss", kill_count=kill_count, kill_after_s=0.0, traffic_sessions=2,
-                           traffic_s=2.0, max_error_rate=max_error_rate)
+        result = run.chaos("ha-replica-loss", kill_count=kill_count, kill_signal=kill_signal, kill_after_s=0.0,
+                           traffic_sessions=2, traffic_s=2.0, max_error_rate=max_error_rate)
         load_result = load.wait()
     fault = result.measurements.get("fault_injected") or {}
     fault_at = fault.get("at")

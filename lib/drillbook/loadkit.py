@@ -229,7 +229,7 @@ class AgentClientUser(FastHttpUser):
         key = uuid.uuid4().hex  # one key for every attempt: a retried open opens one session
         for attempt in range(TURN_RETRIES):
             with self.client.post(self.api.open_session, **self.api.body(self.api.open_body()),
-                                  headers={**self.auth, **self.api.turn_headers(key)},
+                                  headers={**self.auth, **self.api.idempotency_headers(key)},
                                   name="open session", catch_response=True) as response:
                 if response.status_code in (200, 201):
                     self.session_id = self.api.session_id_of(response.json())
@@ -253,7 +253,7 @@ class AgentClientUser(FastHttpUser):
         body = self.api.turn_body_for(text, self.session_id, key, max_tokens)
         path = self.api.turn_path(self.session_id)
         for attempt in range(1, TURN_RETRIES + 1):
-            with self.client.post(path, **self.api.body(body), headers={**self.auth, **self.api.turn_headers(key)},
+            with self.client.post(path, **self.api.body(body), headers={**self.auth, **self.api.idempotency_headers(key)},
                                   name=name, catch_response=True) as response:
                 if response.status_code in (200, 201):
                     ack = self.api.acknowledgement(response.json())

@@ -78,6 +78,23 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path, args,
     assert not (tmp_path / "runtime.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["model"], {}, "DRILLBOOK_INTERNAL_TOKEN is not set"),
+        (["gateway"], {"DRILLBOOK_INTERNAL_TOKEN": "internal-token-0123456789", "DRILLBOOK_DISCOVERY": "kubernetes"},
+         "outside a pod"),
+        (["supervisor"], {}, "unknown service 'supervisor'"),
+    ],
+)
+def test_a_container_service_without_its_settings_is_one_line_and_exit_2(tmp_path, args, env, expected):
+    result = subprocess.run([sys.executable, "-m", "drillbook", "sandbox", "serve", *args], capture_output=True,
+                            text=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("DRILLBOOK_")}, **env})
+    assert result.returncode == 2
+    assert expected in one_error_line(result)
+
+
 def test_a_port_in_use_is_refused(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -65,9 +65,10 @@ class Platform:
 STORE_OPS = Path(__file__).resolve().parent / "store_ops.py"
 
 
-def store_commands(dsn: str, backups: Path) -> dict[str, str]:
-    """The profile's workload.store: the platform team's script around pg_dump and pg_restore."""
-    base = f"{sys.executable} {STORE_OPS} --dsn {dsn} --dir {backups}"
+def store_commands(dsn: str, backups: Path | str, python: str = sys.executable, script: Path | str = STORE_OPS) -> dict[str, str]:
+    """The profile's workload.store: the platform team's script around pg_dump and pg_restore
+    (python and script: where they are for whatever runs the profile, a pod say)."""
+    base = f"{python} {script} --dsn {dsn} --dir {backups}"
     return {"backup": f"{base} backup", "restore": f"{base} restore {{backup}}", "destroy": f"{base} destroy",
             "recreate": f"{base} recreate", "healthy": f"{base} healthy"}
 

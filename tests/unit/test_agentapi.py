@@ -26,7 +26,7 @@ def test_a_nested_request_and_reply_are_described_not_coded():
     assert api.mints_sessions() and session.startswith(MINTED_PREFIX)
     assert api.turn_body_for("hello", session) == {"input": {"input": "hello"},
                                                     "config": {"configurable": {"session_id": session}}}
-    assert api.turn_headers("k1") == {}  # no idempotency header: none is sent
+    assert api.idempotency_headers("k1") == {}  # no idempotency header: none is sent
     ack = api.acknowledgement({"output": {"content": "Noted.", "type": "ai"}, "metadata": {"run_id": "r"}})
     assert (ack.seq, ack.digest, ack.reply) == (None, None, "Noted.") and ack.problems(api) == []
 

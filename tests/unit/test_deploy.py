@@ -86,7 +86,10 @@ def test_the_runner_is_least_privilege_and_namespace_scoped():
         return {(group, resource, verb) for _, needs, _ in declared_needs() for tier, action in needs
                 if tier in where for verb, group, resource in KUBERNETES_RIGHTS.get(action, [])}
 
-    # Exactly what the runbooks need, no more: the platform's tiers live in agents, quotas in tenants.
+    # Exactly what the runbooks need, no more: the platform's tiers live in agents, quotas in
+    # tenants, and the noisy tenant's aggressor (deploy/tenants/aggressor.yaml) in tenant-b.
     assert granted(runner["agents"]) == needed({"agent", "inference"})
-    for tenant in ("tenant-a", "tenant-b"):
-        assert granted(runner[tenant]) == needed({"tenants"})
+    assert granted(runner["tenant-a"]) == needed({"tenants"})
+    assert granted(runner["tenant-b"]) == needed({"tenants", "aggressor"})
+    (aggressor,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "aggressor"]
+    assert aggressor["metadata"]["namespace"] == "tenant-b" and aggressor["spec"]["replicas"] == 0

@@ -267,15 +267,24 @@ def serve(args: argparse.Namespace) -> None:
                 if replica is None:
                     break
                 tried.add(replica.name)
+                upstream = http.client.HTTPConnection("127.0.0.1", replica.port, timeout=30)
                 try:
-                    upstream = http.client.HTTPConnection("127.0.0.1", replica.port, timeout=30)
                     upstream.request(method, self.path, body=payload or None, headers=headers)
                     response = upstream.getresponse()
-                    data = response.read()
-                    upstream.close()
                 except OSError:
+                    upstream.close()
                     replica.ready = False  # a dead or dying replica: try another
                     continue
+                try:
+                    data = response.read()
+                except (OSError, http.client.HTTPException) as cut:
+                    # The replica answered and died before its reply was whole: the request may
+                    # have been applied, so it is not sent again (as a load balancer does with a
+                    # POST); the client hears why.
+                    replica.ready = False
+                    return self.answer(502, {"error": f"reply cut: replica {replica.name} died mid-reply ({cut!r})"})
+                finally:
+                    upstream.close()
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(data)))

@@ -92,6 +92,11 @@ class ChaosResult:
     run_dir: Path
 
 
+def _missed(state: dict[str, Any]) -> list[str]:
+    """The probes of a steady-state check that missed their tolerance."""
+    return [probe["activity"]["name"] for probe in state.get("probes", []) if not probe.get("tolerance_met")]
+
+
 def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     """PASS / FAIL / ERROR / ABORTED from what the journal records."""
     reasons: list[str] = []
@@ -111,9 +116,8 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     if journal.get("status") in ("interrupted", "aborted"):
         return "ABORTED", [f"run {journal['status']}"] + reasons
     if before is not None and not before.get("steady_state_met"):
-        missed = [probe["activity"]["name"] for probe in before.get("probes", []) if not probe.get("tolerance_met")]
-        return "ERROR", [f"steady state not met before the fault (probe {', '.join(missed) or 'unknown'} missed its "
-                         "tolerance): nothing was judged"] + reasons
+        return "ERROR", [f"steady state not met before the fault (probe {', '.join(_missed(before)) or 'unknown'} "
+                         "missed its tolerance): nothing was judged"] + reasons
     deviated = False
     for state in during:
         if not state.get("steady_state_met"):
@@ -122,9 +126,7 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
             break
     if journal.get("deviated") or (after is not None and not after.get("steady_state_met")):
         deviated = True
-        for probe in (after or {}).get("probes", []):
-            if not probe.get("tolerance_met"):
-                reasons.append(f"probe {probe['activity']['name']} missed its tolerance after the fault")
+        reasons.extend(f"probe {name} missed its tolerance after the fault" for name in _missed(after or {}))
     if deviated:
         return "FAIL", reasons
     if failed_runs or failed_rollbacks or reasons:

@@ -125,7 +125,7 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
         idempotency_key = uuid.uuid4().hex
         path = api.turn_path(session_id) + (f"?{api.stream_query}" if api.stream_query else "")
         with http.stream("POST", path, **api.body(api.turn_body_for(WAKE_UP, session_id, idempotency_key)),
-                         headers=api.turn_headers(idempotency_key)) as streamed:
+                         headers=api.idempotency_headers(idempotency_key)) as streamed:
             if streamed.status_code not in (200, 201):
                 raise httpx.HTTPStatusError(f"HTTP {streamed.status_code}", request=streamed.request, response=streamed)
             for line in streamed.iter_lines():

@@ -168,3 +168,18 @@ def sandbox_smoke(
         raise DrillbookError("smoke failed: " + (result.errors[0] if result.errors else "delivery check failed"))
 
 
+SERVICES = ("gateway", "agent", "model", "aggressor")
+
+
+@sandbox_app.command("serve")
+def sandbox_serve(
+    service: str = typer.Argument(..., help="gateway, agent, model or aggressor."),
+) -> None:
+    """Run one reference-platform service in this process, as a container's entrypoint does
+    (deploy/platform): configured by DRILLBOOK_* variables, serving on every address of the pod."""
+    import importlib
+
+    if service not in SERVICES:
+        err_console.print(f"drillbook: unknown service {service!r}: one of {', '.join(SERVICES)}")
+        raise typer.Exit(2)
+    importlib.import_module(f"drillbook.sandbox.{service}").main([])

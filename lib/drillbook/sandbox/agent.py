@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from drillbook.errors import StoreUnavailable
-from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
+from drillbook.sandbox.service import HEADER_IDEMPOTENCY, HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
 from drillbook.sandbox.store import StateStore, Turn
 
 T = TypeVar("T")
@@ -40,7 +40,7 @@ class AgentService:
         self.ctx = ctx
         self.store: StateStore = ctx.runtime.open_store()
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
-        self.inference_url = ctx.runtime.gateway_url + INFERENCE_PATH
+        self.inference_url = ctx.runtime.inference_url or ctx.runtime.gateway_url + INFERENCE_PATH
         self.internal_headers = {HEADER_INTERNAL_TOKEN: ctx.runtime.internal_token}
         self.http: aiohttp.ClientSession | None = None
         # After persisting a turn the agent indexes it before answering; a replica killed in
@@ -56,6 +56,17 @@ class AgentService:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
+        if not self.ctx.supervised:
+            # A container has no supervisor to prepare the store: the replicas create what is
+            # missing themselves (idempotent; a replica that loses the race to another tries again).
+            for attempt in range(3):
+                try:
+                    await asyncio.to_thread(self.store.init_schema)
+                    break
+                except Exception:  # noqa: BLE001 - the other replica's CREATE won; the next pass sees it
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(0.5)
 
     async def stop(self, app: web.Application) -> None:
         if self.http is not None:
@@ -94,7 +105,7 @@ class AgentService:
 
     async def create_session(self, request: web.Request) -> web.Response:
         tenant = self._tenant(request)
-        session = await self._db(self.store.create_session, tenant, request.headers.get("Idempotency-Key") or None)
+        session = await self._db(self.store.create_session, tenant, request.headers.get(HEADER_IDEMPOTENCY) or None)
         return web.json_response({"session_id": session.id, "tenant": session.tenant, "created_at": session.created_at},
                                  status=201)
 
@@ -110,7 +121,7 @@ class AgentService:
         text_in = str(body.get("input", ""))
         max_tokens = body.get("max_tokens")
         stream = request.query.get("stream") in {"1", "true"}
-        key = request.headers.get("Idempotency-Key") or None
+        key = request.headers.get(HEADER_IDEMPOTENCY) or None
         if key is not None and self.store.idempotency:
             # Checked before the model is called, so a retried turn costs no inference; the append
             # below checks again inside its transaction for retries that race each other.

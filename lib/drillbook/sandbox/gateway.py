@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drillbook.config import Defect
-from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
+from drillbook.sandbox.service import HEADER_IDEMPOTENCY, HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
 
 log = logging.getLogger("drillbook.gateway")
 
@@ -269,7 +269,7 @@ class Gateway:
                       upstream_path: str | None = None) -> web.StreamResponse:
         assert self.http is not None
         body = await request.read()
-        idempotent = request.method == "GET" or "Idempotency-Key" in request.headers
+        idempotent = request.method == "GET" or HEADER_IDEMPOTENCY in request.headers
         deadline = time.monotonic() + self.activation_timeout
         upstream_headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         upstream_headers.update(headers)

@@ -13,21 +13,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from drillbook.config import Defect, SandboxConfig
+from drillbook.config import Defect, InCluster, SandboxConfig, ServiceEnvironment, build
 from drillbook.sandbox.store import StateStore, open_store
 
 
-class KubernetesDiscovery(BaseModel):
-    """Where the gateway finds its tiers when the platform runs on Kubernetes: desired replicas
-    from each tier's Deployment (which the activator patches to scale from zero) and ready
-    addresses from the pods its selector matches."""
+class KubernetesDiscovery(InCluster):
+    """Where the gateway finds its tiers when the platform runs on Kubernetes (the API as
+    config.InCluster reaches it): desired replicas from each tier's Deployment (which the activator
+    patches to scale from zero) and ready addresses from the pods its selector matches."""
 
-    model_config = ConfigDict(frozen=True)
-
-    server: str
-    token: str
-    ca_file: str
-    namespace: str
     deployments: dict[str, str] = {"agent": "agent", "model": "model-server"}  # tier -> Deployment and Service
 
 
@@ -41,6 +35,23 @@ class Runtime(BaseModel):
     tenant_keys: dict[str, str]
     gateway_port: int
     kubernetes: KubernetesDiscovery | None = None
+    inference_url: str | None = None  # where agents ask for generations; else the local gateway's route
+    gateway: str | None = None  # the gateway's address when it is not this machine's (a container's Service)
+
+    @classmethod
+    def from_environment(cls, env: ServiceEnvironment) -> "Runtime":
+        """One service's runtime in a container (deploy/platform), from its DRILLBOOK_* variables:
+        no supervisor, no control API, no other replica's files."""
+        settings: dict[str, object] = dict(env.settings)
+        for listed in ("tenants", "defects"):
+            if isinstance(settings.get(listed), str):
+                settings[listed] = [item.strip() for item in str(settings[listed]).split(",") if item.strip()]
+        if env.tenant_keys and "tenants" not in settings:
+            settings["tenants"] = sorted(env.tenant_keys)
+        discovery = KubernetesDiscovery(**env.kubernetes.model_dump()) if env.kubernetes else None
+        return cls(config=build(SandboxConfig, **settings), state_dir=env.state_dir, control_token="",
+                   internal_token=env.internal_token or secrets.token_urlsafe(24), tenant_keys=env.tenant_keys,
+                   gateway_port=0, kubernetes=discovery, inference_url=env.inference_url, gateway=env.gateway_url)
 
     @classmethod
     def create(cls, config: SandboxConfig, state_dir: Path, gateway_port: int) -> "Runtime":
@@ -76,7 +87,7 @@ class Runtime(BaseModel):
 
     @property
     def gateway_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
+        return self.gateway or f"http://127.0.0.1:{self.gateway_port}"
 
     def open_store(self) -> StateStore:
         return open_store(

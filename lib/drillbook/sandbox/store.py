@@ -165,6 +165,10 @@ class StateStore(ABC):
         return "ses_" + secrets.token_hex(8)
 
     @staticmethod
+    def _keyed_session_id(tenant: str, idempotency_key: str) -> str:
+        return "ses_" + hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:16]
+
+    @staticmethod
     def _backup_id() -> str:
         return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(2)
 
@@ -240,19 +244,17 @@ class SqlStore(StateStore):
         self._run(lambda conn: self._query(conn, "SELECT 1 FROM {t}sessions LIMIT 1"))
 
     def create_session(self, tenant: str, idempotency_key: str | None = None) -> Session:
-        if idempotency_key is None or not self.idempotency:
-            session = Session(self._new_session_id(), tenant, utc_now_iso())
-            self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) "
-                                                          "VALUES (?, ?, ?)"),
-                                                (session.id, session.tenant, session.created_at)))
-            return session
-        session_id = "ses_" + hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:16]
+        keyed = idempotency_key is not None and self.idempotency
+        session = Session(self._keyed_session_id(tenant, idempotency_key) if keyed else self._new_session_id(),
+                          tenant, utc_now_iso())
         self._run(lambda conn: conn.execute(self._sql("INSERT INTO {t}sessions (id, tenant, created_at) VALUES (?, ?, ?) "
                                                       "ON CONFLICT (id) DO NOTHING"),
-                                            (session_id, tenant, utc_now_iso())))
-        stored = self.get_session(session_id)
+                                            (session.id, session.tenant, session.created_at)))
+        if not keyed:
+            return session
+        stored = self.get_session(session.id)  # the first open's, where this is a retry
         if stored is None:
-            raise StoreUnavailable(f"session {session_id} vanished right after it was opened")
+            raise StoreUnavailable(f"session {session.id} vanished right after it was opened")
         return stored
 
     def get_session(self, session_id: str) -> Session | None:

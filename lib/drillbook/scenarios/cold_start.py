@@ -9,7 +9,7 @@ from pydantic import Field
 from drillbook.scenarios.limits import Parameters, Seconds, Wait
 from drillbook.scenarios.registry import Figure, Scenario, register
 
-IDLE_S, SLO_S = 1.0, 5.0
+IDLE_S, SLO_S, READY_TIMEOUT_S = 1.0, 5.0, 60.0
 
 
 class ColdStartExperiment(Parameters):
@@ -17,14 +17,14 @@ class ColdStartExperiment(Parameters):
 
     idle_s: Wait = IDLE_S
     max_cold_start_s: Seconds = SLO_S  # the drill passes its slo_p95_s: each first token is held to it
-    ready_timeout_s: Seconds = 60.0
+    ready_timeout_s: Seconds = READY_TIMEOUT_S
 
 
 class ColdStartParameters(Parameters):
     trials: Annotated[int, Field(ge=1, le=1000)] = 3
     idle_s: Wait = IDLE_S
     slo_p95_s: Seconds = SLO_S
-    ready_timeout_s: Seconds = 60.0  # how long the agent tier may take to serve, before and after a trial
+    ready_timeout_s: Seconds = READY_TIMEOUT_S  # how long the agent tier may take to serve, before and after a trial
 
 
 SCENARIO = register(Scenario(

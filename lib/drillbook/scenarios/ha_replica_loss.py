@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 
 MAX_ERROR_RATE = 0.0  # the gateway retries idempotent turns on another replica: clients see no error
+KillSignal = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"]
 
 
 class HaReplicaLossExperiment(Parameters):
@@ -21,7 +22,7 @@ class HaReplicaLossExperiment(Parameters):
 
     service: Literal["agent", "model", "gateway"] = "agent"
     kill_count: Count = 1
-    kill_signal: Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"] = "SIGKILL"
+    kill_signal: KillSignal = "SIGKILL"
     kill_after_s: Annotated[float, Field(ge=0, le=600)] = 1.5
     traffic_sessions: Count = 8
     traffic_s: Seconds = 5.0
@@ -34,6 +35,9 @@ class HaReplicaLossParameters(Parameters):
     duration_s: Seconds = 16.0  # leaves max_recovery_s + hold (2s) after the kill at 4s
     kill_count: Count = 1
     kill_after_s: Wait = 4.0
+    # SIGKILL: abrupt loss (a crash, an OOM kill, a lost node); SIGTERM: graceful loss (an eviction,
+    # a rolling update), where a replica may finish the replies it is sending.
+    kill_signal: KillSignal = "SIGKILL"
     think_time_s: Wait = 0.2
     max_error_rate: Fraction = MAX_ERROR_RATE
     max_recovery_s: Seconds = 10.0

@@ -30,15 +30,27 @@ def check_allowed(context: str, namespace: str, allowed_contexts: list[str], all
                           f"({', '.join(allowed_namespaces) or 'empty'}); refusing to act")
 
 
+IN_CLUSTER = "in-cluster"  # the context name for drillbook running as a pod (the scheduled game day)
+
+
 def api_client(context: str) -> Any:
-    """A kubernetes ApiClient for one context of $KUBECONFIG (read now) or ~/.kube/config.
+    """A kubernetes ApiClient for one context of $KUBECONFIG (read now) or ~/.kube/config, or
+    for the pod's own service account when the context is `in-cluster`.
 
     chaostoolkit-kubernetes' own loader reads the kubeconfig path the kubernetes package saw
-    when it was first imported; drillbook's own calls read it at call time and never touch the
-    client's global default configuration.
+    when it was first imported (in a pod it takes the service account when CHAOSTOOLKIT_IN_POD
+    is "true", as deploy/gameday sets); drillbook's own calls read it at call time and never
+    touch the client's global default configuration.
     """
-    from kubernetes import config
+    from kubernetes import client, config
 
+    if context == IN_CLUSTER:
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as error:
+            raise ConfigError(f"kubernetes context {IN_CLUSTER!r} outside a pod: {error}") from None
+        return client.ApiClient(configuration)
     path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
     return config.new_client_from_config(config_file=path, context=context)
 

@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # Build a real Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler
-# v1.20.2) from Debian bookworm's own source package, plus etcd from Debian's etcd-server, into a
-# cache folder OUTSIDE the repository. Skips everything when the cache already holds this version.
+# v1.20.2) and the kubelet of a real node (tests/k8s/node.py) from Debian bookworm's own source
+# package, plus etcd from Debian's etcd-server, into a cache folder OUTSIDE the repository. Skips
+# everything when the cache already holds this version.
 #
 #   tests/k8s/cluster/build.sh            # cache: $DRILLBOOK_K8S_CACHE or ~/.cache/drillbook/kubernetes-1.20.2
 #
 # Nothing is installed on the system: apt runs with a private sources list and state folder
 # (the system's Debian sources with deb-src added), packages are unpacked with dpkg -x, and Go
-# builds in GOPATH mode with no module proxy. About 4 minutes on 2 cores, ~3 GB while building.
+# builds in GOPATH mode with no module proxy. About 6 minutes on 2 cores, ~3 GB while building.
 set -euo pipefail
 
 VERSION="1.20.2"
 DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 CACHE="${DRILLBOOK_K8S_CACHE:-$HOME/.cache/drillbook/kubernetes-$VERSION}"
 BIN="$CACHE/bin"
-STAMP="$BIN/.built-$DEB_VERSION"
+STAMP="$BIN/.built-$DEB_VERSION-node"
 
 if [[ -f "$STAMP" ]]; then
-  for tool in kube-apiserver kube-controller-manager kube-scheduler etcd; do
+  for tool in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd; do
     [[ -x "$BIN/$tool" ]] || { echo "cache $BIN lacks $tool; rebuilding" >&2; rm -f "$STAMP"; break; }
   done
   [[ -f "$STAMP" ]] && { echo "kubernetes $VERSION control plane cached in $BIN"; exit 0; }
@@ -61,12 +62,15 @@ export GOFLAGS=""
 mkdir -p "$GOPATH/src/k8s.io"
 ln -s "$WORK/src/tree" "$GOPATH/src/k8s.io/kubernetes"
 (cd "$GOPATH/src/k8s.io/kubernetes" && \
-  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler" >"$WORK/build.log" 2>&1) || {
+  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet cmd/kube-proxy" >"$WORK/build.log" 2>&1) || {
   tail -30 "$WORK/build.log" >&2; exit 1; }
 
 echo "[4/4] into $BIN"
-cp "$GOPATH/src/k8s.io/kubernetes/_output/bin/"{kube-apiserver,kube-controller-manager,kube-scheduler} "$BIN/"
-cp "$WORK/root/usr/bin/etcd" "$BIN/etcd"
+# Each binary replaced by a rename: a running cluster keeps the file it started from.
+for built in "$GOPATH/src/k8s.io/kubernetes/_output/bin/"{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy} \
+             "$WORK/root/usr/bin/etcd"; do
+  cp "$built" "$BIN/.$(basename "$built").new" && mv -f "$BIN/.$(basename "$built").new" "$BIN/$(basename "$built")"
+done
 rm -rf "$WORK"
 touch "$STAMP"
 echo "kubernetes $VERSION control plane built into $BIN"

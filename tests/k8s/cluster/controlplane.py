@@ -42,7 +42,7 @@ def binaries_present() -> bool:
                                                            "kube-scheduler"))
 
 
-def _write_pki(folder: Path) -> None:
+def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
     """A CA, a serving certificate for 127.0.0.1, and the service-account key pair."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -70,8 +70,10 @@ def _write_pki(folder: Path) -> None:
               .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
               .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                          x509.IPAddress(ipaddress.ip_address(address)),
                                                           x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                                                          x509.DNSName("localhost"), x509.DNSName("kubernetes")]),
+                                                          x509.DNSName("localhost"), x509.DNSName("kubernetes"),
+                                                          x509.DNSName("kubernetes.default.svc")]),
                              critical=False)
               .sign(ca_key, hashes.SHA256()))
     sa_key = key()
@@ -135,17 +137,22 @@ def _wait_healthy(server: str, ca: Path, token: str, timeout_s: float, processes
     raise RuntimeError(f"kube-apiserver not ready within {timeout_s:g}s: {last}")
 
 
-def start(folder: Path, timeout_s: float = 90.0) -> ControlPlane:
-    """Start etcd and the control plane in folder; returns when the API server is ready."""
+def start(folder: Path, timeout_s: float = 90.0, node_lifecycle: bool = False, address: str = "127.0.0.1") -> ControlPlane:
+    """Start etcd and the control plane in folder; returns when the API server is ready.
+
+    node_lifecycle runs the node lifecycle controller (it lifts a new node's not-ready taint once
+    a real kubelet reports Ready); the process kubelet's nodes do without it. address is where the
+    API server listens and what it advertises (the `kubernetes` Service's endpoint): a real
+    node's pods reach it there, through kube-proxy; 127.0.0.1 unless a real node needs it."""
     if not binaries_present():
         raise RuntimeError(f"no control-plane binaries in {cache_bin()}: run {BUILD_SCRIPT}")
     folder.mkdir(parents=True, exist_ok=True)
     bin_dir = cache_bin()
-    _write_pki(folder)
+    _write_pki(folder, address)
     token = secrets.token_hex(16)
     (folder / "tokens.csv").write_text(f'{token},drillbook-admin,drillbook-admin,"system:masters"\n')
     etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
-    server = f"https://127.0.0.1:{api_port}"
+    server = f"https://{address}:{api_port}"
     kubeconfig = folder / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, folder / "ca.crt", "drillbook-admin", token)))
     commands = {
@@ -157,7 +164,7 @@ def start(folder: Path, timeout_s: float = 90.0) -> ControlPlane:
                  "--initial-cluster", f"default=http://127.0.0.1:{etcd_peer}", "--unsafe-no-fsync"],
         "kube-apiserver": [
             str(bin_dir / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--bind-address={address}", f"--advertise-address={address}", f"--secure-port={api_port}",
             "--insecure-port=0", f"--tls-cert-file={folder / 'server.crt'}",
             f"--tls-private-key-file={folder / 'server.key'}", f"--client-ca-file={folder / 'ca.crt'}",
             f"--token-auth-file={folder / 'tokens.csv'}", "--authorization-mode=Node,RBAC",
@@ -166,7 +173,8 @@ def start(folder: Path, timeout_s: float = 90.0) -> ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=false"],
         "kube-controller-manager": [
-            str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}", "--controllers=*,-nodelifecycle",
+            str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
+            "--controllers=*" if node_lifecycle else "--controllers=*,-nodelifecycle",
             "--leader-elect=false", f"--service-account-private-key-file={folder / 'sa.key'}",
             f"--root-ca-file={folder / 'ca.crt'}", "--bind-address=127.0.0.1", "--port=0",
             f"--secure-port={free_port()}", "--use-service-account-credentials=false"],
