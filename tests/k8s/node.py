@@ -112,7 +112,9 @@ state = "{RUN / 'containerd' / 'state'}"
   disable_apparmor = true
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
+    # overlayfs: a container's root is the image's layers plus an empty upper layer ("native"
+    # copied the whole 250 MB image per container and blocked containerd ~13 s per pod removal)
+    snapshotter = "overlayfs"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
