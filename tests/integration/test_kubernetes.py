@@ -168,7 +168,10 @@ def test_target_check_says_cannot_run_where_a_permission_is_missing(k8s_cluster,
     ha = report.runbook("ha-replica-loss")
     assert not ha.ok and ha.detail.startswith(f"not allowed: delete pods in {namespace}; contract: no tenant key")
     assert "not allowed" not in report.runbook("cold-start").detail and report.runbook("agent-latency-triage").ok
-    assert "not allowed" not in report.runbook("noisy-neighbour").detail  # the aggressor defaults to Deployment aggressor
+    # the aggressor defaults to Deployment aggressor, which this namespace lacks: the runbook cannot run
+    noisy = report.runbook("noisy-neighbour")
+    assert not noisy.ok and "not allowed" not in noisy.detail
+    assert f"no deployment aggressor in {namespace} (workload.aggressor)" in noisy.detail
     assert report.runbook("shed-noisy-tenant").detail.startswith("no tenant names its namespace")
     assert "not allowed" not in admin.runbook("ha-replica-loss").detail
 

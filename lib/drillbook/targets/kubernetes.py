@@ -146,7 +146,7 @@ class KubernetesTarget(ProfileTarget):
         """Each tier's Deployment as the API server reports it, and the store's healthy command."""
         found = []
         for role in ROLES:
-            if role == "aggressor" or not self.has(role):
+            if not self.has(role):
                 continue
             where = f"deployment {self.deployment(role)} in {self.namespace_of(role)}"
             try:
@@ -181,7 +181,26 @@ class KubernetesTarget(ProfileTarget):
                     refused = f"not allowed: {verb} {resource} in {namespace}"
                     if refused not in why and not self.may(verb, group, resource, namespace):
                         why.append(refused)
+            if found and ("get", "apps", "deployments") in KUBERNETES_RIGHTS[action] and where != "tenants":
+                absent = self._absent(where)
+                if absent and absent not in why:
+                    why.append(absent)
         return why
+
+    def _absent(self, role: str) -> str | None:
+        """Why the Deployment a role names cannot be read (not there, most often), or None: a
+        runbook that scales or reads an aggressor nobody deployed cannot run."""
+        from kubernetes.client.exceptions import ApiException
+
+        name, namespace = self.deployment(role), self.namespace_of(role)
+        if not self.may("get", "apps", "deployments", namespace):
+            return None  # said already, as a right the runner lacks
+        try:
+            self._deployment(role)
+        except ApiException as error:
+            return (f"no deployment {name} in {namespace} (workload.{role})" if error.status == 404
+                    else f"deployment {name} in {namespace}: HTTP {error.status} {error.reason}")
+        return None
 
     def deployment(self, role: str) -> str:
         spec = self.profile.role(role)
