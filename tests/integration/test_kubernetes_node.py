@@ -127,11 +127,11 @@ def test_a_pod_reaches_a_service_by_name_and_the_api_through_its_service(real_no
     assert f"nameserver {node.NODE_IP}" in found["resolv_conf"] and "svc.cluster.local" in found["resolv_conf"]
 
 
-def test_the_reference_platform_from_deploy_runs_in_containers_and_passes_its_drills(real_node, folder,
-                                                                                     drillbook_image):
+def test_the_reference_platform_from_deploy_runs_in_containers_passes_its_drills_and_fails_with_a_defect(
+        real_node, folder, drillbook_image):
     found = node.run("reference_platform", folder, timeout_s=1500, extra=[drillbook_image, images.postgres()])
     assert found["target_check"] == 0, found["target_check_out"]
-    for runbook in ("ha-replica-loss", "cold-start", "restore-drill"):
+    for runbook in ("ha-replica-loss", "cold-start", "restore-drill", "noisy-neighbour"):
         assert found[runbook]["verdict"] == "PASS", found[runbook]["explain"]
     ha = found["ha-replica-loss"]["values"]
     # the killed replica was a real pod; after HA it is gone and the ReplicaSet runs another in its place
@@ -140,6 +140,12 @@ def test_the_reference_platform_from_deploy_runs_in_containers_and_passes_its_dr
     assert not killed & set(found["pods_after_ha"]) and len(found["pods_after_ha"]) == len(found["pods_before"])
     assert found["cold-start"]["values"]["first_turns_acknowledged"] == 2
     assert found["restore-drill"]["values"]["integrity"] == 1.0
+    # A runbook fails when it should on real containers too: the model server rolled out with
+    # first-come-first-served scheduling (new pods, the old ones gone) starves the victim tenant.
+    assert not set(found["model_servers_before_defect"]) & set(found["model_servers_with_defect"])
+    unfair = found["noisy-neighbour-unfair"]
+    assert unfair["verdict"] == "FAIL", unfair["explain"]
+    assert any(name.startswith("victim p95 ratio") for name in unfair["failed"]), unfair["explain"]
 
 
 def test_the_scheduled_game_day_runs_drillbook_from_its_image_and_its_evidence_verifies_outside(real_node, folder,

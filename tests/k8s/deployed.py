@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from kubernetes import client, utils
 
-from tests.k8s.node import poll
+from tests.k8s.node import answers, poll
 from tests.k8s.platform import store_commands
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -98,6 +98,8 @@ def deploy(folder: Path) -> Deployed:
             name, NAMESPACE).status.ready_replicas == wanted, timeout_s=240)
 
     gateway_url = f"http://{core.read_namespaced_service('gateway', NAMESPACE).spec.cluster_ip}"  # the node's view
+    # kube-proxy programs a Service's rules a moment after its endpoints are ready
+    poll("the gateway's Service answering", lambda: answers(f"{gateway_url}/healthz"), timeout_s=60)
     store_ip = core.read_namespaced_pod("state-store-0", NAMESPACE).status.pod_ip
     dsn = f"postgresql://postgres:{password}@{store_ip}:5432/drillbook"  # the node's view: no cluster DNS here
     key_env = {f"NODE_{tenant.upper().replace('-', '_')}_KEY": key for tenant, key in keys.items()}
@@ -116,7 +118,10 @@ def deploy(folder: Path) -> Deployed:
                     for tenant, variable in zip(keys, key_env)},
         "delivery": {"verifier": "reference"},
         # cold start here: P95 5.5 s over two trials (schedule 2.4, container start 1.0, model load
-        # 1.0, first token 0.5); the shipped kubernetes example's 20 s leaves room for a busy machine
+        # 1.0, first token 0.5); the shipped kubernetes example's 20 s leaves room for a busy machine.
+        # noisy neighbour here: victim p95 ratio 1.22-1.24 with fair sharing, 3.71-3.84 with a
+        # first-come-first-served model server (three runs each); 2.5 sits well between the two
         "slos": {"ha-replica-loss": {"max_recovery_s": 20.0, "duration_s": 28.0},
-                 "cold-start": {"slo_p95_s": 20.0}}}))
+                 "cold-start": {"slo_p95_s": 20.0},
+                 "noisy-neighbour": {"max_victim_p95_ratio": 2.5}}}))
     return Deployed(profile, key_env, keys, in_cluster_dsn)

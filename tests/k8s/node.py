@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -75,6 +76,15 @@ def poll(what: str, condition: Callable[[], Any], timeout_s: float = 90.0, inter
             return value
         time.sleep(interval_s)
     raise TimeoutError(f"{what} not within {timeout_s:.0f} s")
+
+
+def answers(url: str) -> bool:
+    """An HTTP 200 from url within two seconds (from the node's network namespace)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 @dataclass

@@ -13,13 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from tests.k8s.node import Node, poll
+from tests.k8s.node import Node, answers, poll
 
 NAMESPACE = "default"
 PORT = 8080
@@ -39,11 +38,7 @@ def _web(name: str, replicas: int) -> dict[str, Any]:
 
 def serves(ip: str) -> bool:
     """An HTTP answer from the pod's own address (busybox serves its root file system)."""
-    try:
-        with urllib.request.urlopen(f"http://{ip}:{PORT}/bin/busybox", timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
+    return answers(f"http://{ip}:{PORT}/bin/busybox")
 
 
 def _ready_pods(app: str) -> list[client.V1Pod]:
@@ -140,6 +135,10 @@ def service_network(node: Node) -> dict[str, Any]:
     core.create_namespaced_service(NAMESPACE, {"metadata": {"name": "web"}, "spec": {
         "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": PORT}]}})
     _serving("web", 2)
+    # kube-proxy programs the Service's rules a moment after its endpoints are ready: wait until
+    # the ClusterIP answers from the node, then ask from a pod, by name
+    cluster_ip = core.read_namespaced_service("web", NAMESPACE).spec.cluster_ip
+    poll(f"Service web answering on {cluster_ip}", lambda: answers(f"http://{cluster_ip}/bin/busybox"), timeout_s=60)
     poll("the default service account", lambda: core.list_namespaced_service_account(NAMESPACE).items)
     image = next(i for i in node.images if "drillbook/drillbook" in i.ref)
     batch.create_namespaced_job(NAMESPACE, {"metadata": {"name": "probe"}, "spec": {"backoffLimit": 0, "template": {
@@ -251,7 +250,8 @@ def _drill(node: Node, profile: Path, runbook: str, parameters: dict[str, str]) 
 
 def reference_platform(node: Node) -> dict[str, Any]:
     """deploy/platform in real containers; `drillbook target check`, then HA, cold start and the
-    restore drill against it with a kubernetes profile, as the runner on the node would run them."""
+    restore drill against it with a kubernetes profile, as the runner on the node would run them;
+    then noisy-neighbour after a defect is rolled out to the model server."""
     deployed = _deployed_for_drills(node)
     checked = subprocess.run([sys.executable, "-m", "drillbook", "target", "check", str(deployed.profile)],
                              capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
@@ -265,7 +265,31 @@ def reference_platform(node: Node) -> dict[str, Any]:
     found["pods_after_ha"] = _pod_names("agent")  # before cold start replaces every agent pod anyway
     found["cold-start"] = _drill(node, deployed.profile, "cold-start", {"trials": "2"})
     found["restore-drill"] = _drill(node, deployed.profile, "restore-drill", {})
+    # The same platform with a defect: a model server that serves tenants first come, first served
+    # (DRILLBOOK_DEFECTS in its Deployment, rolled out like any change) must fail noisy-neighbour.
+    found["noisy-neighbour"] = _drill(node, deployed.profile, "noisy-neighbour", {})
+    found["model_servers_before_defect"] = _pod_names("model-server")
+    _roll_out_env("model-server", {"DRILLBOOK_DEFECTS": "no-fair-sharing"})
+    found["model_servers_with_defect"] = _pod_names("model-server")
+    found["noisy-neighbour-unfair"] = _drill(node, deployed.profile, "noisy-neighbour", {})
     return found
+
+
+def _roll_out_env(name: str, env: dict[str, str]) -> None:
+    """Set environment variables on a Deployment's container (a strategic merge, by name) and wait
+    until every pod runs the new template and no pod of the old one is left."""
+    apps, core = client.AppsV1Api(), client.CoreV1Api()
+    apps.patch_namespaced_deployment(name, "agents", {"spec": {"template": {"spec": {"containers": [
+        {"name": name, "env": [{"name": key, "value": value} for key, value in env.items()]}]}}}})
+
+    def rolled_out() -> bool:
+        deployment = apps.read_namespaced_deployment(name, "agents")
+        status, wanted = deployment.status, deployment.spec.replicas
+        pods = core.list_namespaced_pod("agents", label_selector=f"app={name}").items
+        return (status.observed_generation >= deployment.metadata.generation and status.updated_replicas == wanted
+                and status.ready_replicas == wanted and len(pods) == wanted)
+
+    poll(f"deployment {name} rolled out with {sorted(env)}", rolled_out, timeout_s=180)
 
 
 def _pod_names(app: str) -> list[str]:
