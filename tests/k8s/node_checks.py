@@ -148,8 +148,8 @@ def service_network(node: Node) -> dict[str, Any]:
     job = _job_finished("probe", NAMESPACE, timeout_s=120)
     (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector="job-name=probe").items
     log = pod_log(pod)
-    answers = [line for line in log.splitlines() if '"service_by_name"' in line]
-    found = json.loads(answers[-1].split(" ", 3)[-1]) if answers else {}
+    printed = [line for line in log.splitlines() if '"service_by_name"' in line]
+    found = json.loads(printed[-1].split(" ", 3)[-1]) if printed else {}
     return {"succeeded": job.status.succeeded or 0, **found, "resolv_conf": node.pod_resolv_conf(),
             "log_tail": log[-2000:]}
 
