@@ -12,16 +12,25 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[1]  # the checkout the tests run from
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 15.0, interval: float = 0.05) -> object:
-    """Poll until condition() is truthy; the value is returned, a timeout fails the test."""
-    deadline = time.monotonic() + timeout
+def poll(what: str, condition: Callable[[], object], timeout_s: float = 90.0, interval_s: float = 0.2) -> object:
+    """condition()'s first truthy value; TimeoutError naming `what` when none comes in time (for
+    code that runs outside pytest too, such as the node checks)."""
+    deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(interval)
+            raise TimeoutError(f"{what} not within {timeout_s:g} s")
+        time.sleep(interval_s)
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 15.0, interval: float = 0.05) -> object:
+    """Poll until condition() is truthy; the value is returned, a timeout fails the test."""
+    try:
+        return poll("condition", condition, timeout, interval)
+    except TimeoutError as error:
+        pytest.fail(f"{error}")
 
 
 def free_port() -> int:

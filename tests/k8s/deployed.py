@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from kubernetes import client, utils
 
-from tests.k8s.node import answers, poll
+from tests.helpers import poll
+from tests.k8s.node import answers
 from tests.k8s.platform import store_commands
 
 REPOSITORY = Path(__file__).resolve().parents[2]

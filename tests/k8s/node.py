@@ -67,17 +67,6 @@ def missing() -> list[str]:
     return lacks + images.missing_tools()
 
 
-def poll(what: str, condition: Callable[[], Any], timeout_s: float = 90.0, interval_s: float = 0.2) -> Any:
-    """condition()'s first truthy value; TimeoutError naming `what` when none comes in time."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise TimeoutError(f"{what} not within {timeout_s:.0f} s")
-
-
 def answers(url: str) -> bool:
     """An HTTP 200 from url within two seconds (from the node's network namespace)."""
     try:

@@ -18,7 +18,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.k8s.node import Node, answers, poll
+from tests.helpers import poll
+from tests.k8s.node import Node, answers
 
 NAMESPACE = "default"
 PORT = 8080

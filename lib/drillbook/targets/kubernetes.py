@@ -106,6 +106,7 @@ class KubernetesTarget(ProfileTarget):
         self.context, self.namespace = spec.context, spec.namespace
         self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
         self._reviews: dict[tuple[str, str, str, str], bool] = {}
+        self._absences: dict[str, str | None] = {}  # role -> why its Deployment cannot be read
         # Import the client libraries now, in the caller's thread: importing them from two threads
         # at once (a readiness watch beside a chaos action) trips over requests' circular imports.
         import chaosk8s.deployment.actions  # noqa: F401
@@ -181,7 +182,7 @@ class KubernetesTarget(ProfileTarget):
                     refused = f"not allowed: {verb} {resource} in {namespace}"
                     if refused not in why and not self.may(verb, group, resource, namespace):
                         why.append(refused)
-            if found and ("get", "apps", "deployments") in KUBERNETES_RIGHTS[action] and where != "tenants":
+            if found and ("get", "apps", "deployments") in KUBERNETES_RIGHTS[action]:
                 absent = self._absent(where)
                 if absent and absent not in why:
                     why.append(absent)
@@ -195,12 +196,14 @@ class KubernetesTarget(ProfileTarget):
         name, namespace = self.deployment(role), self.namespace_of(role)
         if not self.may("get", "apps", "deployments", namespace):
             return None  # said already, as a right the runner lacks
-        try:
-            self._deployment(role)
-        except ApiException as error:
-            return (f"no deployment {name} in {namespace} (workload.{role})" if error.status == 404
-                    else f"deployment {name} in {namespace}: HTTP {error.status} {error.reason}")
-        return None
+        if role not in self._absences:  # asked once per check, not once per runbook that needs it
+            try:
+                self._deployment(role)
+                self._absences[role] = None
+            except ApiException as error:
+                self._absences[role] = (f"no deployment {name} in {namespace} (workload.{role})" if error.status == 404
+                                        else f"deployment {name} in {namespace}: HTTP {error.status} {error.reason}")
+        return self._absences[role]
 
     def deployment(self, role: str) -> str:
         spec = self.profile.role(role)

@@ -177,7 +177,10 @@ def start(folder: Path, timeout_s: float = 90.0, node_lifecycle: bool = False, a
             "--controllers=*" if node_lifecycle else "--controllers=*,-nodelifecycle",
             "--leader-elect=false", f"--service-account-private-key-file={folder / 'sa.key'}",
             f"--root-ca-file={folder / 'ca.crt'}", "--bind-address=127.0.0.1", "--port=0",
-            f"--secure-port={free_port()}", "--use-service-account-credentials=false"],
+            f"--secure-port={free_port()}", "--use-service-account-credentials=false",
+            # a quota's usage recounted every 5 s, not 5 min: the controller's first count can
+            # race an admission charge and lose it (a quota showing 0 GPUs used beside a running pod)
+            "--resource-quota-sync-period=5s"],
         "kube-scheduler": [
             str(bin_dir / "kube-scheduler"), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
             "--bind-address=127.0.0.1", "--port=0", f"--secure-port={free_port()}"],
