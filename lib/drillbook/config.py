@@ -29,9 +29,18 @@ class Defect(str, enum.Enum):
     NO_IDEMPOTENCY = "no-idempotency"  # agent applies a retried turn again
     SLOW_MODEL_LOAD = "slow-model-load"  # model server takes SLOW_MODEL_LOAD_S to become ready
     NO_BACKUPS = "no-backups"  # backup requests are accepted but nothing is written
+    # Defects that lie: the platform answers as if it had done the thing, and did not.
+    NOOP_KILL = "noop-kill"  # the control API says it killed replicas; nothing dies
+    NOOP_DESTROY = "noop-destroy"  # the disaster is acknowledged; the store is untouched
+    NOOP_RESTORE = "noop-restore"  # a restore reports success; nothing is restored
+    EMPTY_BACKUPS = "empty-backups"  # backups are written, claim the store's counts, and hold an empty store
+    SLOW_RESTART = "slow-restart"  # a killed replica comes back only after SLOW_RESTART_S
+    STALE_STATUS = "stale-status"  # the status answers what it saw up to STALE_STATUS_S ago
 
 
 SLOW_MODEL_LOAD_S = 8.0
+SLOW_RESTART_S = 9.0
+STALE_STATUS_S = 2.0
 
 TENANT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
@@ -103,6 +112,8 @@ class SandboxConfig(StrictModel):
             raise ValueError(f"store 'postgres' needs a DSN (--dsn or {ENV_PG_DSN})")
         if self.store == "sqlite" and self.dsn:
             raise ValueError("a DSN is only used with store 'postgres'")
+        if self.store != "sqlite" and Defect.EMPTY_BACKUPS in self.defects:
+            raise ValueError("the empty-backups defect is built for store 'sqlite' only")
         return self
 
     def has(self, defect: Defect) -> bool:

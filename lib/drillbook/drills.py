@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drillbook.measure import PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary
+from drillbook.measure import (PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary,
+                               load_needed_after_fault, recovered_at)
+from drillbook.observation import ReplicaObservation
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
 from drillbook.scenarios.ha_replica_loss import HOLD_S
+
+SUSTAIN_READINGS = 3  # readings in a row at full readiness before replicas count as back
 
 
 def _first(events: list[dict[str, Any]], kind: str, role: str, after: float) -> float | None:
@@ -30,27 +34,28 @@ def cold_start_trial(run: Run, measured: dict[str, float], role: str = "inferenc
 
 
 class ReadinessWatch:
-    """Samples whether a role runs all the replicas it wants, in a thread, while something happens;
+    """Reads a role's replicas in a thread while something happens, each reading stamped with
+    when it started and ended and kept raw in the evidence (observations/readiness-<role>.jsonl);
     for targets that keep no replica events. Precision: the sampling interval."""
 
     def __init__(self, run: Run, role: str, interval_s: float = 0.25) -> None:
         import threading
 
+        from drillbook.observation import ObservationLog
+
         self.run, self.role, self.interval_s = run, role, interval_s
-        self.samples: list[tuple[float, bool]] = []
+        self.log = ObservationLog(run.work_dir / "observations" / f"readiness-{role}.jsonl")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _sample(self) -> None:
-        import time
+    @property
+    def samples(self) -> list[Any]:
+        return list(self.log.entries)
 
+    def _sample(self) -> None:
         target = self.run.workload()
         while not self._stop.is_set():
-            try:
-                ok = target.ready(self.role) >= target.desired(self.role) > 0
-            except Exception:  # noqa: BLE001 - an unanswered status is "not ready"
-                ok = False
-            self.samples.append((time.time(), ok))
+            self.log.add(target.observe(self.role))
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> "ReadinessWatch":
@@ -60,9 +65,6 @@ class ReadinessWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
-
-    def ready_after(self, moment: float) -> float | None:
-        return next((t for t, ok in self.samples if t >= moment and ok), None)
 
 
 def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_timeout_s: float) -> dict[str, float]:
@@ -126,10 +128,26 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
     return summary
 
 
-def _restore_missing(verdict: str, measured: dict[str, Any]) -> str:
+def restore_reason(verdict: str, reasons: list[str], backup: dict[str, Any], measured: dict[str, Any]) -> str:
+    """Why the restore drill could not measure a figure, told apart: no backup taken, a backup
+    that holds less than the store had, the restore failed, the store did not serve again, or it
+    served without the data."""
+    held = (backup.get("store_before") or {}).get("sessions_read")
+    claimed = (backup.get("backup") or {}).get("sessions") if isinstance(backup.get("backup"), dict) else None
+    restore_failed = next((r for r in reasons if "restore-the-latest-backup" in r), None)
+    missing = measured.get("missing_before_backup") or {}
+    if backup and not backup.get("created"):
+        return "no backup was taken before the disaster"
+    if held is not None and claimed is not None and claimed < held:
+        return f"the backup held {claimed} sessions; the store had {held}"
+    if restore_failed:
+        return f"the restore failed: {restore_failed.split('failed: ', 1)[-1][:120]}"
     if not measured:
         return f"the restore experiment ended {verdict} before it measured anything"
-    if not measured.get("healthy"):
+    if missing.get("turns"):
+        return (f"the store served again, but {missing['turns']} of {missing['acknowledged']} turns acknowledged "
+                "before the backup were missing")
+    if not measured.get("served"):
         return "the store did not serve again within restore_timeout_s"
     return "the restored store could not be read back"
 
@@ -148,12 +166,18 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     run.record("rpo_s", measured.get("rpo_s"), "s")
     run.record("integrity", measured.get("integrity"))
     run.record("backup_created", measured.get("backup_created", False))
-    why = _restore_missing(result.verdict, measured)
+    disaster = result.measurements.get("disaster") or {}
+    if disaster and not (disaster.get("landed") or {}).get("landed"):
+        run.cannot_judge(f"fault did not take effect: the store destroy was called; observed "
+                         f"{(disaster.get('landed') or {}).get('seen', 'nothing')}")
+    backup = result.measurements.get("backup") or {}
+    why = restore_reason(result.verdict, result.reasons, backup, measured)
+    run.record("store_served_after_restore", measured.get("served"))
+    run.record("missing_before_backup", measured.get("missing_before_backup"))
     run.check("RTO", measured.get("rto_s"), "<=", max_rto_s, "s", missing=why)
     run.check("RPO (data-loss window)", measured.get("rpo_s"), "<=", max_rpo_s, "s",
               missing="no backup was taken before the disaster" if not measured.get("backup_created") else why)
-    run.check("integrity of restored sessions", measured.get("integrity") if measured.get("healthy") else None,
-              ">=", 1.0, missing=why)
+    run.check("integrity of restored sessions", measured.get("integrity"), ">=", 1.0, missing=why)
     plt = pyplot()
     marks = {"backup": (result.measurements.get("backup") or {}).get("at"),
              "disaster": (result.measurements.get("disaster") or {}).get("at"),
@@ -174,16 +198,12 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     return measured
 
 
-def _recovery_missing(fault_at: float | None, ready_at: float | None, after_kill: float | None,
-                      max_recovery_s: float, hold_s: float) -> str:
+def _recovery_missing(ready_at: float | None, after_kill: float | None) -> str:
     """Why no recovery time could be measured, in words an on-call engineer can act on."""
-    if not fault_at:
-        return "the fault was never injected (see the experiment's journal)"
     seen = f"the load ended {after_kill:.1f}s after the kill" if after_kill is not None else "no turn completed"
     if ready_at is None:
         return f"the killed replicas were not seen ready again: {seen}"
-    return (f"the service was not seen back at its baseline latency before the end: {seen}; size duration_s to "
-            f"leave at least max_recovery_s + {hold_s:g}s ({max_recovery_s + hold_s:g}s) after the kill")
+    return f"the service was not seen back at its baseline latency before the end: {seen}"
 
 
 def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, kill_after_s: float,
@@ -208,16 +228,24 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     fault = result.measurements.get("fault_injected") or {}
     fault_at = fault.get("at")
     killed = fault.get("replicas", [])
+    landing = fault.get("landed") or {}
+    landed_at = landing.get("at") if landing.get("landed") else None
+    if fault_at and landed_at is None:
+        run.cannot_judge(f"fault did not take effect: {kill_signal} sent to {kill_count} agent replica(s); "
+                         f"observed {landing.get('seen', 'nothing')}")
     events = run.target_events(since=fault_at or 0.0)
     # The target's own events when they follow the killed replicas (the sandbox restarts them
-    # under the same name); else sampled readiness, from when the kill had been done (a pod's
-    # replacement has a new name).
+    # under the same name); else the readings, counted only from those that began after the
+    # kill was seen to land, held for SUSTAIN readings (a pod's replacement has a new name).
     ready_times = [next((e["t"] for e in events if e["kind"] == "replica_ready" and e.get("replica") == replica),
                         None) for replica in killed]
-    if killed and all(ready_times):
+    if killed and all(ready_times) and landed_at is not None:
         ready_at = max(t for t in ready_times if t is not None)
+        run.record("replicas_ready_from", "target events")
     else:
-        ready_at = watch.ready_after(fault.get("done_at") or fault_at) if fault_at else None
+        readings = [*(ReplicaObservation.from_json(o) for o in fault.get("observations") or []), *watch.samples]
+        ready_at = recovered_at(readings, landed_at, SUSTAIN_READINGS)
+        run.record("replicas_ready_from", f"readings every {watch.interval_s:g}s, {SUSTAIN_READINGS} in a row")
     turns = load_result.requests[load_result.requests["name"] == "turn"]
     baseline = turns[turns["t"] < fault_at] if fault_at else turns
     baseline_p95 = percentile(baseline["ms"], 0.95)
@@ -250,8 +278,23 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.check("acknowledged turns duplicated or out of order", delivery.misordered, "<=", 0)
     run.check("error rate in the fault window", error_rate, "<=", max_error_rate,
               missing="the fault was never injected" if not fault_at else "no turn was in flight in the fault window")
-    run.check("service recovery time", recovery.service_recovered_s if recovery else None, "<=", max_recovery_s, "s",
-              missing=_recovery_missing(fault_at, ready_at, after_kill, max_recovery_s, hold_s))
+    service_recovered = recovery.service_recovered_s if recovery else None
+    if fault_at and landed_at is not None and service_recovered is None:
+        load_end = float(finished.max()) if len(turns) else None
+        short = load_needed_after_fault(load_end, landed_at, max_recovery_s, hold_s) or 0.0
+        if ready_at is not None and ready_at - fault_at > max_recovery_s:
+            service_recovered = ready_at - fault_at  # a lower bound: the service cannot be back before its replicas
+            run.record("recovery_time_lower_bound", True)
+        elif short > 0:
+            seen = (load_end - landed_at) if load_end is not None else 0.0
+            run.cannot_judge(f"run too short to judge recovery: load ran {seen:.1f}s after the kill; "
+                             f"use duration_s >= {duration_s + short:.0f}")
+        elif ready_at is None and load_end is not None:
+            service_recovered = load_end - fault_at  # not back in all the load after the kill: at least this
+            run.record("recovery_time_lower_bound", True)
+    run.check("service recovery time", service_recovered, "<=", max_recovery_s, "s",
+              missing="the fault was never injected (see the experiment's journal)" if not fault_at else
+              _recovery_missing(ready_at, after_kill))
     run.check("p95 over the run", percentile(turns["ms"], 0.95), "<=", max_p95_ms, "ms",
               missing="no turn completed during the load")
     run.check("chaos experiment's steady-state hypothesis held", 1.0 if result.verdict == "PASS" else 0.0

@@ -19,6 +19,7 @@ The tree::
     │   ├── StoreUnavailable          the store is gone (destroyed) or cannot be reached
     │   └── BackupError               a backup or restore did not complete
     ├── DeliveryError                 read-back shows acknowledged turns lost, duplicated or broken
+    ├── FaultNotLanded                a fault was not observed to take effect (the run is ERROR)
     ├── LoadRunOverran                Locust outlived its bound and was killed with its children
     └── EvidenceError                 a bundle could not be written as evidence must be
 
@@ -112,3 +113,11 @@ class LoadRunOverran(DrillbookError):
 
 class EvidenceError(DrillbookError):
     """A bundle could not be written as evidence must be (overwrite, bad path, sealed)."""
+
+
+class FaultNotLanded(DrillbookError):
+    """A fault whose effect was not observed, independently of the call that made it, within its
+    bound: nothing after it can be judged, so the run is ERROR, never PASS or FAIL."""
+
+    def __init__(self, what: str, seen: str, bound_s: float) -> None:
+        super().__init__(f"fault did not take effect: {what}; observed {seen} within {bound_s:g}s")

@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from drillbook.evidence.summary import SloCheck
+from drillbook.observation import ReplicaObservation, StoreObservation
 
 
 PERCENTILE = "nearest rank: the smallest measured value with at least the quantile of all values at or below it"
@@ -68,6 +69,93 @@ def recovery_time(requests: pd.DataFrame, fault_at: float, replicas_ready_at: fl
         if all(healthy for _, healthy in windows[index:index + needed]):
             return RecoveryTimes(replicas, windows[index][0] - fault_at)
     return RecoveryTimes(replicas, None)
+
+
+@dataclass(frozen=True)
+class Landing:
+    """Whether a fault was seen to take effect, when (the end of the first reading that showed
+    it: late by at most one reading, never early) and what was seen, in words."""
+
+    landed: bool
+    at: float | None
+    seen: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"landed": self.landed, "at": self.at, "seen": self.seen}
+
+
+def _in_order(observations: Iterable[ReplicaObservation]) -> list[ReplicaObservation]:
+    return sorted(observations, key=lambda o: (o.started, o.ended))
+
+
+def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObservation],
+                 issued_at: float) -> Landing:
+    """A kill is seen to land in the first reading that started at or after the kill was issued
+    and shows fewer replicas ready than desired, or lacks one of the ready identities read before
+    the kill (a replica that came back at once under a new pid or pod uid). A reading that
+    started before the kill, or got no answer, is no evidence either way."""
+    known = set(before.ids) if before is not None and not before.error else set()
+    for seen in _in_order(after):
+        if seen.started < issued_at or seen.error:
+            continue
+        if seen.ready < seen.desired:
+            return Landing(True, seen.ended, f"{seen.ready} of {seen.desired} ready")
+        if known and seen.ids and not known <= set(seen.ids):
+            gone = sorted(known - set(seen.ids))
+            return Landing(True, seen.ended, f"replica {', '.join(gone)} no longer among the ready")
+    readings = [o for o in after if o.started >= issued_at and not o.error]
+    last = readings[-1] if readings else None
+    return Landing(False, None, "no reading after the kill" if last is None else
+                   f"{len(readings)} readings after the kill all showed {last.ready} of {last.desired} ready"
+                   + (" with the same replicas" if known else ""))
+
+
+def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:
+    """When the replicas were back: the end of the first reading that started after the fault
+    was seen to land (`landed_at`) and showed full readiness, followed without a gap by
+    sustain - 1 more readings that also did. Readings that started before `landed_at` never
+    count (they may describe the world before the fault). None when never seen sustained."""
+    if landed_at is None:
+        return None
+    run: list[ReplicaObservation] = []
+    for seen in _in_order(observations):
+        if seen.started < landed_at:
+            continue
+        if not seen.full:
+            run = []
+            continue
+        run.append(seen)
+        if len(run) >= max(1, sustain):
+            return run[0].ended
+    return None
+
+
+def store_loss_landing(observations: Sequence[StoreObservation], issued_at: float) -> Landing:
+    """A destroyed store is seen in the first reading that started at or after the disaster was
+    issued and found the store unhealthy, or could not read back a session known to exist."""
+    for seen in sorted(observations, key=lambda o: o.started):
+        if seen.started < issued_at:
+            continue
+        if not seen.healthy:
+            return Landing(True, seen.ended, f"store unhealthy{': ' + seen.error if seen.error else ''}")
+        if seen.sessions_known and seen.sessions_read is not None and seen.sessions_read < seen.sessions_known:
+            return Landing(True, seen.ended, f"{seen.sessions_read} of {seen.sessions_known} known sessions read back")
+    later = [o for o in observations if o.started >= issued_at]
+    last = later[-1] if later else None
+    return Landing(False, None, "no reading after the disaster" if last is None else
+                   f"{len(later)} readings after the disaster all found the store healthy"
+                   + (f" with {last.sessions_read} of {last.sessions_known} known sessions read back"
+                      if last.sessions_known else ""))
+
+
+def load_needed_after_fault(load_end: float | None, landed_at: float | None, max_recovery_s: float,
+                            hold_s: float) -> float | None:
+    """Seconds of load missing after the fault's observed landing to judge a recovery within
+    max_recovery_s held for hold_s (0 when the load covered it; None without a landing)."""
+    if landed_at is None:
+        return None
+    covered = (load_end - landed_at) if load_end is not None else 0.0
+    return max(0.0, max_recovery_s + hold_s - covered)
 
 
 @dataclass(frozen=True)

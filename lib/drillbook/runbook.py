@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 RECORD_MIME = "application/vnd.drillbook.record+json"
 TIMELINE = "timeline.jsonl"
 RECORDS = "records.jsonl"
+REASON_MAX = 200  # a reason is one line; details go to the evidence
 PROCESSES = "processes.jsonl"  # in the state dir: children a dead run may have left (drillbook.processes)
 
 
@@ -58,6 +59,7 @@ class Run:
         self.timeline: list[dict[str, Any]] = []
         self.chaos_runs = 0
         self.experiment_problems: list[str] = []
+        self.unjudgeable: list[str] = []
         self._workload: Target | None = None
         self.started_at = time.time()
         (work_dir / "plots").mkdir(parents=True, exist_ok=True)
@@ -164,6 +166,14 @@ class Run:
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())
         return judged
 
+    def cannot_judge(self, reason: str) -> None:
+        """The drill cannot be judged (a fault not seen to land, a run too short to see what it
+        measures): the verdict is ERROR with this reason, whatever the checks say."""
+        reason = reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
+        if reason not in self.unjudgeable:
+            self.unjudgeable.append(reason)
+            self.event("cannot_judge", reason=reason)
+
     def chaos(self, experiment: str, **variables: Any) -> Any:
         """Run one experiment on the target (rollbacks always); its files go under chaos/."""
         from drillbook.chaos import run as run_experiment
@@ -222,7 +232,7 @@ class Run:
         errored or was aborted and no check failed on a measured value) and write summary.json."""
         self.promql_checks()
         summary = RunSummary.judge(self.runbook, self.control, self.metrics, self.checks, reason=reason,
-                                   errors=self.experiment_problems)
+                                   errors=self.experiment_problems, unjudgeable=self.unjudgeable)
         self.event("run_finished", verdict=summary.verdict)
         (self.work_dir / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, default=str))
         _display("verdict", {"verdict": summary.verdict}, f"verdict: {summary.verdict}")

@@ -1,15 +1,26 @@
 """Chaos Toolkit actions that drillbook's experiments name. Each dispatches on the target
 (sandbox or kubernetes) given in the configuration, and writes the fault to the ledger before
 applying it, so that rollbacks and `drillbook rollback` can always put the target back.
+
+A fault must be seen to land: after the call that makes it, each action reads the target again
+(readiness and replica identities after a kill; store health and read-back after a disaster)
+until the effect is observed or LANDING_TIMEOUT_S passes. The readings are kept as measurements;
+a fault not seen to land raises FaultNotLanded, and the run is ERROR.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
+from drillbook.errors import FaultNotLanded
+from drillbook.measure import Landing, kill_landing, store_loss_landing
+from drillbook.observation import ReplicaObservation, StoreObservation
+
+LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
+LANDING_INTERVAL_S = 0.1
 
 __all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
 
@@ -21,12 +32,57 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
     The platform is expected to replace them; the rollback waits until it has.
     """
     run = RunContext.of(configuration or {})
+    before = run.target.observe(service)
     fault = run.ledger.record(run.run_id, run.target.name, "kill", {"op": "await_ready", "service": service},
                               service=service, count=count, signal=signal)
     killed = run.target.kill(service, count, signal)
-    run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "done_at": time.time(),
-                                              "service": service, "replicas": killed})
+    done_at = time.time()
+    readings: list[ReplicaObservation] = []
+
+    def landed() -> Landing:
+        readings.append(run.target.observe(service))
+        return kill_landing(before, readings, fault.at)
+
+    landing = _until_landed(landed)
+    run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "done_at": done_at,
+                                              "service": service, "replicas": killed, "landed": landing.to_json(),
+                                              "before": before.to_json(),
+                                              "observations": [o.to_json() for o in readings]})
+    if not landing.landed:
+        raise FaultNotLanded(f"{signal} sent to {count} {service} replica(s) (answered: {', '.join(killed) or 'none'})",
+                             landing.seen, LANDING_TIMEOUT_S)
     return killed
+
+
+def _until_landed(check: Callable[[], Landing]) -> Landing:
+    """Read until the fault is seen, or LANDING_TIMEOUT_S passes (the last verdict then)."""
+    deadline = time.monotonic() + LANDING_TIMEOUT_S
+    while True:
+        landing = check()
+        if landing.landed or time.monotonic() >= deadline:
+            return landing
+        time.sleep(LANDING_INTERVAL_S)
+
+
+def observe_store(run: RunContext) -> StoreObservation:
+    """One reading of the store: its health, and how many sessions this run wrote read back."""
+    written = {(r["tenant"], r["session_id"]) for rows in (run.measurement("receipts") or {}).values() for r in rows}
+    started = time.time()
+    try:
+        healthy = bool(run.target.store_healthy())
+    except Exception as error:  # noqa: BLE001 - a store that cannot answer is not healthy
+        return StoreObservation(started, time.time(), False, error=f"{type(error).__name__}: {error}"[:200])
+    read = None
+    if healthy and written:
+        with run.verifier() as verifier:
+            if verifier is not None:
+                read = 0
+                for tenant, session_id in sorted(written):
+                    try:
+                        read += 1 if verifier.read(tenant, session_id) else 0
+                    except Exception:  # noqa: BLE001 - a session that cannot be read is not there
+                        pass
+    return StoreObservation(started, time.time(), healthy, read, len(written) if read is not None else None)
 
 
 def scale_service(service: str, replicas: int, if_present: bool = False,
@@ -49,8 +105,9 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
 def backup_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Take a backup of the state store (no fault; the restore drill's starting point)."""
     run = RunContext.of(configuration or {})
+    held = observe_store(run)  # what the store held when the backup was taken, read back
     answer = run.target.backup_store()
-    run.record_measurement("backup", {"at": time.time(), **answer})
+    run.record_measurement("backup", {"at": time.time(), **answer, "store_before": held.to_json()})
     return answer
 
 
@@ -59,8 +116,18 @@ def destroy_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]
     run = RunContext.of(configuration or {})
     fault = run.ledger.record(run.run_id, run.target.name, "store-destroyed", {"op": "restore_store"})
     run.target.destroy_store()
-    run.record_measurement("disaster", {"at": fault.at})
-    return {"destroyed_at": fault.at}
+    readings: list[StoreObservation] = []
+
+    def landed() -> Landing:
+        readings.append(observe_store(run))
+        return store_loss_landing(readings, fault.at)
+
+    landing = _until_landed(landed)
+    run.record_measurement("disaster", {"at": fault.at, "landed": landing.to_json(),
+                                        "observations": [o.to_json() for o in readings]})
+    if not landing.landed:
+        raise FaultNotLanded("the store destroy was called", landing.seen, LANDING_TIMEOUT_S)
+    return {"destroyed_at": fault.at, "seen": landing.seen}
 
 
 def restore_store(backup: str = "latest", timeout_s: float = 60.0,
@@ -84,37 +151,55 @@ def restore_store(backup: str = "latest", timeout_s: float = 60.0,
 SETTLE_TIMEOUT_S = 60.0
 
 
-def undo(run: RunContext, fault: Fault) -> str:
-    """Put back what one fault changed; returns what was done."""
+def undo(run: RunContext, fault: Fault) -> tuple[str, bool]:
+    """Put back what one fault changed, and read the target again: returns what was done and
+    whether the original state was seen restored."""
     op = fault.undo.get("op")
     if op == "scale":
         service = fault.undo["service"]
         run.target.scale(service, int(fault.undo["replicas"]))
         settled = wait_until(lambda: run.target.settled(service), SETTLE_TIMEOUT_S)
-        return f"scaled {service} back to {fault.undo['replicas']}" + ("" if settled else " (NOT settled after 60s)")
+        return (f"scaled {service} back to {fault.undo['replicas']}"
+                + ("" if settled else f" (NOT settled after {SETTLE_TIMEOUT_S:g}s)"), settled)
     if op == "await_ready":
         service = fault.undo["service"]
-        ready = wait_until(lambda: run.target.ready(service) >= run.target.desired(service), SETTLE_TIMEOUT_S)
-        return f"{service} {'ready again' if ready else 'NOT ready after 60s'}"
+        last: list[ReplicaObservation] = []
+
+        def full() -> bool:
+            last[:] = [run.target.observe(service)]
+            return last[0].full
+
+        ready = wait_until(full, SETTLE_TIMEOUT_S)
+        if ready:
+            return f"{service} ready again", True
+        seen = last[0] if last else None
+        left = (seen.error or f"{seen.ready} of {seen.desired} ready") if seen else "no reading"
+        return f"{service} NOT ready after {SETTLE_TIMEOUT_S:g}s (left: {left})", False
     if op == "restore_store":
         if run.target.store_healthy():
-            return "store already healthy"
+            return "store already healthy", True
         try:
             run.target.restore_store("latest")
-            return "store restored from the latest backup"
+            if wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2):
+                return "store restored from the latest backup", True
+            why = "the restore answered but the store is still not healthy"
         except Exception as error:  # noqa: BLE001 - no backup: an empty store beats no store
-            run.target.recreate_store()
-            return f"no usable backup ({error}); store re-created empty"
-    return f"nothing to undo for {fault.kind}"
+            why = f"no usable backup ({error})"
+        run.target.recreate_store()
+        healthy = wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2)
+        return f"{why}; store re-created EMPTY" + ("" if healthy else " and still NOT healthy"), healthy
+    return f"nothing to undo for {fault.kind}", True
 
 
 def undo_open_faults(run: RunContext, run_id: str | None) -> list[tuple[Fault, str]]:
-    """Undo the faults still open (one run's, or with run_id None every run's), newest first,
-    marking each undone in the ledger; returns each fault with what was done."""
+    """Undo the faults still open (one run's, or with run_id None every run's), newest first;
+    each one seen restored is marked undone in the ledger, the others stay open for
+    `drillbook rollback` to try again. Returns each fault with what was done."""
     done = []
     for fault in run.ledger.open_faults(run_id):
-        how = undo(run, fault)
-        run.ledger.resolve(fault, how)
+        how, restored = undo(run, fault)
+        if restored:
+            run.ledger.resolve(fault, how)
         done.append((fault, how))
     return done
 

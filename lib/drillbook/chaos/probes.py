@@ -30,7 +30,7 @@ __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic
 def all_replicas_ready(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
     """True once every replica the service wants is ready (waits up to timeout_s)."""
     run = RunContext.of(configuration or {})
-    return wait_until(lambda: 0 < run.target.desired(service) <= run.target.ready(service), timeout_s)
+    return wait_until(lambda: run.target.observe(service).full, timeout_s)
 
 
 def service_available(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
@@ -156,18 +156,24 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
     receipts = {phase: [Receipt(**r) for r in rows] for phase, rows in (run.measurement("receipts") or {}).items()}
     deadline = time.monotonic() + timeout_s
     with run.verifier() as verifier:
-        result: dict[str, Any] = {"healthy": False, "verifiable": verifier is not None}
+        result: dict[str, Any] = {"healthy": False, "served": False, "verifiable": verifier is not None,
+                                  "backup_created": bool(backup.get("created"))}
         if verifier is None:  # healthy is all that can be said: RPO and integrity stay unmeasured
             if wait_until(run.target.store_healthy, timeout_s, 0.2):
-                result.update(healthy=True, rto_s=time.time() - disaster if disaster else None, rpo_turns=None,
-                              rpo_s=None, integrity=None, backup_created=bool(backup.get("created")))
-        while verifier is not None and time.monotonic() < deadline:
+                result.update(healthy=True, served=True, rto_s=time.time() - disaster if disaster else None,
+                              rpo_turns=None, rpo_s=None, integrity=None)
+        while verifier is not None:
             try:
-                before = audit_delivery(receipts.get("before-backup", []), verifier)
-                healthy = run.target.store_healthy() and before.lost == 0
+                served = bool(run.target.store_healthy())
+                before = audit_delivery(receipts.get("before-backup", []), verifier) if served else None
             except Exception:  # noqa: BLE001 - the platform is still down
-                healthy = False
-            if healthy:
+                served, before = False, None
+            result["served"] = result["served"] or served
+            if before is not None:  # what the served store holds of what was written before the backup
+                result["missing_before_backup"] = {"turns": before.lost, "acknowledged": before.acknowledged}
+                result["integrity"] = (sum(1 for s in before.sessions if s.chain_ok and not s.lost)
+                                       / len(before.sessions)) if before.sessions else None
+            if served and before is not None and before.lost == 0:
                 after = audit_delivery(receipts.get("after-backup", []), verifier)
                 sessions = before.sessions
                 acknowledged = before.acknowledged + after.acknowledged
@@ -178,9 +184,10 @@ def verify_restore(timeout_s: float = 60.0, configuration: dict[str, Any] | None
                     acknowledged_after_restore=acknowledged - after.lost - before.lost,
                     sessions_checked=len(sessions),
                     sessions_verified=sum(1 for s in sessions if s.chain_ok and not s.lost))
-                result = {"healthy": True, "rto_s": figures.rto_s if disaster else None,
-                          "rpo_turns": figures.rpo_turns, "rpo_s": figures.rpo_s, "integrity": figures.integrity,
-                          "backup_created": bool(backup.get("created"))}
+                result.update(healthy=True, rto_s=figures.rto_s if disaster else None,
+                              rpo_turns=figures.rpo_turns, rpo_s=figures.rpo_s, integrity=figures.integrity)
+                break
+            if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
     run.record_measurement("restore", result)

@@ -97,6 +97,20 @@ def _missed(state: dict[str, Any]) -> list[str]:
     return [probe["activity"]["name"] for probe in state.get("probes", []) if not probe.get("tolerance_met")]
 
 
+LANDING_MARK = "fault did not take effect"  # drillbook.errors.FaultNotLanded
+
+
+def _exception_text(run: dict[str, Any]) -> str:
+    exception = run.get("exception", "")
+    return "".join(exception) if isinstance(exception, list) else str(exception)
+
+
+def _unlanded(run: dict[str, Any]) -> str:
+    """The FaultNotLanded line of a failed activity."""
+    text = _exception_text(run)
+    return text[text.index(LANDING_MARK):].splitlines()[0].strip()
+
+
 def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     """PASS / FAIL / ERROR / ABORTED from what the journal records."""
     reasons: list[str] = []
@@ -110,6 +124,9 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
         if run["activity"].get("provider", {}).get("type") == "process" and isinstance(output, dict) \
                 and output.get("status") not in (0, None):
             reasons.append(f"process {run['activity'].get('name')} exited {output.get('status')}")
+    unlanded = [_unlanded(r) for r in failed_runs if LANDING_MARK in _exception_text(r)]
+    if unlanded:  # nothing after a fault that never landed can be judged, whatever the probes said
+        return "ERROR", unlanded
     failed_rollbacks = [r for r in journal.get("rollbacks", []) if r.get("status") == "failed"]
     for run in failed_rollbacks:
         reasons.append(f"rollback {run['activity'].get('name')} failed")
@@ -256,6 +273,12 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     verdict, reasons = verdict_of(journal)
     if fallback:
         reasons.append("faults left open after the rollbacks were undone: " + "; ".join(fallback))
+    left = context.ledger.open_faults(run_id)
+    if left:  # a rollback not seen to restore: the target is not as it was, nothing can be trusted
+        verdict = "ERROR"
+        reasons.insert(0, "rollback not seen to restore the target: " + "; ".join(
+            f"{fault.kind} of {fault.detail.get('service', 'the store')} still open" for fault in left)
+            + " (`drillbook rollback` tries again)")
     timeline.append({"t": time.time(), "kind": "experiment_finished", "verdict": verdict})
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
     (run_dir / "timeline.json").write_text(json.dumps(timeline, indent=2, default=str))

@@ -31,7 +31,8 @@ def sandbox_up(
     rate_limit: float = typer.Option(1000.0, help="Requests per second per tenant at the gateway."),
     gateway_port: int = typer.Option(0, help="Gateway port on 127.0.0.1; 0 picks a free one."),
     defect: list[str] = typer.Option([], "--defect", help="Switch on a built-in defect (repeat): no-fair-sharing, "
-                                     "no-retries, no-idempotency, slow-model-load, no-backups."),
+                                     "no-retries, no-idempotency, slow-model-load, no-backups; and defects that lie: noop-kill, "
+                                     "noop-destroy, noop-restore, empty-backups, slow-restart, stale-status."),
     state: Optional[Path] = StateDirOption,
     as_json: bool = typer.Option(False, "--json", help="Print the connection details as JSON."),
 ) -> None:

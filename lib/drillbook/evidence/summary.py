@@ -74,13 +74,18 @@ class RunSummary(BaseModel):
 
     @classmethod
     def judge(cls, runbook: str, control: str, metrics: dict, checks: list[SloCheck], reason: str = "",
-              errors: list[str] | None = None) -> "RunSummary":
+              errors: list[str] | None = None, unjudgeable: list[str] | None = None) -> "RunSummary":
         """PASS when every check passed; FAIL when one failed on a measured value; ERROR when
         something could not run (errors: an experiment that errored or was aborted) and no check
-        failed on a measured value, or when there was nothing to judge."""
+        failed on a measured value, or when there was nothing to judge. ERROR whatever the checks
+        say when the run cannot be judged at all (unjudgeable: a fault not seen to land, a run too
+        short to see a recovery): its figures describe a drill that did not happen."""
         measured_failures = [c for c in checks if c.value is not None and not c.passed]
-        if errors and not measured_failures:
+        if unjudgeable:
             verdict: Verdict = "ERROR"
+            reason = "; ".join(unjudgeable)
+        elif errors and not measured_failures:
+            verdict = "ERROR"
             reason = "; ".join([*errors, *([reason] if reason else [])])
         elif not checks:
             verdict, reason = "ERROR", reason or "nothing was judged: the run recorded no SLO check"

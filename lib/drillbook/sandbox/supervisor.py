@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from drillbook.config import Defect
+from drillbook.config import SLOW_RESTART_S, STALE_STATUS_S, Defect
 from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable
 from drillbook.processes import die_with_parent
@@ -259,6 +260,8 @@ class Supervisor:
                 service.consecutive_failures = 0
             config = self.runtime.config
             delay = min(config.restart_backoff_max_s, config.restart_backoff_s * 2 ** service.consecutive_failures)
+            if config.has(Defect.SLOW_RESTART):
+                delay = max(delay, SLOW_RESTART_S)
             service.consecutive_failures += 1
             replica.restarts += 1
             replica.state = "backoff"
@@ -354,7 +357,8 @@ class Supervisor:
             assert replica.process is not None
             self.events.emit("replica_killed", service=name, replica=replica.id, pid=replica.process.pid,
                              signal=signal_name)
-            replica.process.send_signal(SIGNALS[signal_name])
+            if not self.runtime.config.has(Defect.NOOP_KILL):
+                replica.process.send_signal(SIGNALS[signal_name])
         return {"service": name, "killed": [r.id for r in targets], "signal": signal_name}
 
     def status(self) -> dict[str, Any]:
@@ -385,6 +389,8 @@ class Supervisor:
         async with self.store_lock:
             started = time.time()
             info = await asyncio.to_thread(self.store.backup, self.runtime.backups_dir)
+            if self.runtime.config.has(Defect.EMPTY_BACKUPS):
+                info = await asyncio.to_thread(hollow_backup, info, self.runtime.backups_dir)
         self.events.emit("backup_created", backup=info.id, sessions=info.sessions, turns=info.turns,
                          size_bytes=info.size_bytes, duration_s=round(time.time() - started, 6))
         return {"created": True, "backup": info.to_json()}
@@ -401,13 +407,15 @@ class Supervisor:
         async with self.store_lock:
             self.events.emit("store_restore_started", backup=chosen.id)
             started = time.time()
-            await asyncio.to_thread(self.store.restore, Path(chosen.path))
+            if not self.runtime.config.has(Defect.NOOP_RESTORE):
+                await asyncio.to_thread(self.store.restore, Path(chosen.path))
         self.events.emit("store_restored", backup=chosen.id, duration_s=round(time.time() - started, 6))
         return {"restored": chosen.to_json()}
 
     async def destroy_store(self) -> dict[str, Any]:
-        async with self.store_lock:
-            await asyncio.to_thread(self.store.destroy)
+        if not self.runtime.config.has(Defect.NOOP_DESTROY):
+            async with self.store_lock:
+                await asyncio.to_thread(self.store.destroy)
         self.events.emit("store_destroyed", store=self.runtime.config.store)
         return {"destroyed": self.runtime.config.store}
 
@@ -458,6 +466,23 @@ class Supervisor:
         self.events.close()
 
 
+def hollow_backup(info: BackupInfo, directory: Path) -> BackupInfo:
+    """The empty-backups defect: the SQLite backup file keeps its schema and loses every row,
+    while its record still claims the sessions and turns the store had."""
+    import sqlite3
+
+    conn = sqlite3.connect(info.path, isolation_level=None)
+    try:
+        conn.execute("DELETE FROM turns")
+        conn.execute("DELETE FROM sessions")
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
+    hollow = dataclasses.replace(info, size_bytes=Path(info.path).stat().st_size, sha256=file_sha256(Path(info.path)))
+    write_json_atomic(directory / f"{info.id}.json", hollow.to_json())
+    return hollow
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(payload, indent=2))
@@ -503,8 +528,15 @@ def control_app(supervisor: Supervisor) -> web.Application:
             raise ControlError(400, f"{name} must be an integer")
         return value
 
+    seen: list[tuple[float, dict[str, Any]]] = []  # the stale-status defect's memory
+
     async def status(request: web.Request) -> web.Response:
-        return web.json_response(supervisor.status())
+        now = supervisor.status()
+        if supervisor.runtime.config.has(Defect.STALE_STATUS):
+            if not seen or time.time() - seen[0][0] >= STALE_STATUS_S:
+                seen[:] = [(time.time(), now)]
+            now = seen[0][1]
+        return web.json_response(now)
 
     async def endpoints(request: web.Request) -> web.Response:
         after = int(request.query.get("after", "-1"))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from drillbook.agentapi import AgentApi
+from drillbook.observation import ReplicaObservation
 from drillbook.profile import LoadedProfile
 from drillbook.targets.capabilities import Needs
 
@@ -47,6 +48,10 @@ class Target(Protocol):
     def desired(self, role: str) -> int: ...
 
     def ready(self, role: str) -> int: ...
+
+    def observe(self, role: str) -> ReplicaObservation:
+        """One reading of the role's replicas (desired, ready, the ready replicas' identities),
+        stamped with when it started and ended; a reading that failed keeps its error."""
 
     def scale(self, role: str, replicas: int) -> None: ...
 

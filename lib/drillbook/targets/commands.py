@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.errors import ConfigError, TargetUnreachable
+from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import ROLES, RoleCommands
 from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
 from drillbook.targets.store import ProfileTarget, run_command
@@ -104,14 +105,29 @@ class CommandsTarget(ProfileTarget):
         except Exception as error:  # noqa: BLE001 - one kind of error for a failed workload command
             raise TargetUnreachable(str(error)) from None
 
-    def _status(self, role: str) -> dict[str, int]:
+    def _status(self, role: str) -> dict[str, Any]:
+        """One run of the status command: desired, ready and replicas, and `ids` (the ready
+        replicas' identities, such as pids) when the command prints them."""
         output = self._run(self._commands(role).status, f"{role} status")
         try:
             status = json.loads(output.strip().splitlines()[-1])
-            return {k: int(status[k]) for k in ("desired", "ready", "replicas")}
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise TargetUnreachable(f"{role} status: expected JSON with desired, ready and replicas, "
-                                    f"got {output.strip()[:120]!r}") from None
+            counts: dict[str, Any] = {k: int(status[k]) for k in ("desired", "ready", "replicas")}
+            ids = status.get("ids") or []
+            if not isinstance(ids, list):
+                raise TypeError("ids")
+            counts["ids"] = [str(i) for i in ids]
+            return counts
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise TargetUnreachable(f"{role} status: expected JSON with desired, ready and replicas "
+                                    f"(and optionally a list ids), got {output.strip()[:120]!r}") from None
+
+    def observe(self, role: str) -> ReplicaObservation:
+        """One run of the status command, stamped with when it started and ended."""
+        def read() -> tuple[int, int, list[str]]:
+            status = self._status(role)
+            return status["desired"], status["ready"], status["ids"]
+
+        return observe_replicas(read)
 
     def kill(self, role: str, count: int, signal: str) -> list[str]:
         line = self._commands(role).kill

@@ -15,6 +15,7 @@ from drillbook.errors import ConfigError
 from drillbook.profile import ROLES, LoadedProfile
 from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
 from drillbook.targets.platform import model_server_metrics
+from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.targets.store import ProfileTarget
 
 
@@ -254,6 +255,15 @@ class KubernetesTarget(ProfileTarget):
         """Pods with the Ready condition True, from the pods themselves: the Deployment's status
         lags a deletion by a moment and would call a killed replica ready."""
         return sum(1 for pod in self._live_pods(role) if _pod_ready(pod))
+
+    def observe(self, role: str) -> ReplicaObservation:
+        """The Deployment's desired count and its live pods, read once; a ready pod is known by its uid."""
+        def read() -> tuple[int, int, list[str]]:
+            wanted = self.desired(role)
+            ready = [pod.metadata.uid for pod in self._live_pods(role) if _pod_ready(pod)]
+            return wanted, len(ready), ready
+
+        return observe_replicas(read)
 
     def settled(self, role: str) -> bool:
         wanted = self.desired(role)

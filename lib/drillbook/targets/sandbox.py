@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
 from drillbook.targets.capabilities import Finding
@@ -93,6 +94,15 @@ class SandboxTarget:
 
     def ready(self, role: str) -> int:
         return int(self._status(role)["ready"])
+
+    def observe(self, role: str) -> ReplicaObservation:
+        """One status read; a ready replica is known by its id and its process id."""
+        def read() -> tuple[int, int, list[str]]:
+            status = self._status(role)
+            ids = [f"{r['id']}@{r['pid']}" for r in status["replicas"] if r.get("ready")]
+            return int(status["desired"]), int(status["ready"]), ids
+
+        return observe_replicas(read)
 
     def scale(self, role: str, replicas: int) -> None:
         with self._control() as control:

@@ -1,0 +1,92 @@
+"""What drillbook saw of a target, each reading stamped with when it was taken.
+
+A fault is judged by what was observed, never by what the call that made it answered, so every
+reading carries the moment it started and the moment its answer came back: a reading that
+started before an event can only say something about the world before that event. Readings are
+plain frozen values, kept raw in the evidence (observations/*.jsonl) and fed to the pure
+functions of drillbook.measure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """One reading of a role's replicas: how many it wants, how many are ready, and which
+    (identities of the ready replicas — pid, pod uid — where the target can tell; empty where it
+    cannot). `error` says why a reading got no answer (then it counts as not ready)."""
+
+    started: float
+    ended: float
+    desired: int = 0
+    ready: int = 0
+    ids: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def full(self) -> bool:
+        """Every replica the role wants is ready (and it wants at least one)."""
+        return not self.error and 0 < self.desired <= self.ready
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ids": list(self.ids)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ReplicaObservation":
+        return cls(**{**data, "ids": tuple(data.get("ids") or ())})
+
+
+def observe_replicas(read: Callable[[], tuple[int, int, Iterable[str]]]) -> ReplicaObservation:
+    """Take one reading with `read` (returning desired, ready and ready identities), stamped
+    with when it started and ended; a failed reading is kept with its error."""
+    started = time.time()
+    try:
+        desired, ready, ids = read()
+    except Exception as error:  # noqa: BLE001 - an unanswered reading is an observation too
+        return ReplicaObservation(started, time.time(), error=f"{type(error).__name__}: {error}"[:200])
+    return ReplicaObservation(started, time.time(), int(desired), int(ready), tuple(sorted(str(i) for i in ids)))
+
+
+@dataclass(frozen=True)
+class StoreObservation:
+    """One reading of the state store: whether it answered healthy, and how many of the sessions
+    known to have been written could be read back (None when not asked)."""
+
+    started: float
+    ended: float
+    healthy: bool
+    sessions_read: int | None = None
+    sessions_known: int | None = None
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ObservationLog:
+    """Readings appended to a JSONL file as they are taken (a run cut short keeps them)."""
+
+    path: Path | None
+    entries: list[Any] = field(default_factory=list)
+
+    def add(self, observation: Any) -> Any:
+        self.entries.append(observation)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(observation.to_json()) + "\n")
+        return observation
+
+
+def read_replica_observations(path: Path) -> list[ReplicaObservation]:
+    """The readings a run kept, in the order taken."""
+    if not path.exists():
+        return []
+    return [ReplicaObservation.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]

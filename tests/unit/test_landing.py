@@ -1,0 +1,105 @@
+"""A fault must be seen to land, and a figure must come from what was seen: the pure functions
+over recorded readings, fed the traps that gave false PASSes (a reading that spans the kill,
+readiness that flaps, a fault that never lands, readings out of order, none, one)."""
+
+from __future__ import annotations
+
+from drillbook.evidence.summary import RunSummary, SloCheck
+from drillbook.measure import kill_landing, load_needed_after_fault, recovered_at, store_loss_landing
+from drillbook.observation import ReplicaObservation as R
+from drillbook.observation import StoreObservation as S
+
+KILL = 100.0
+
+
+def full(started: float, ids: tuple[str, ...] = ("a@1", "b@2"), took: float = 0.05) -> R:
+    return R(started, started + took, desired=2, ready=2, ids=ids)
+
+
+def short(started: float, took: float = 0.05) -> R:
+    return R(started, started + took, desired=2, ready=1, ids=("b@2",))
+
+
+def test_a_reading_that_began_before_the_kill_is_no_evidence_that_it_landed():
+    before = full(99.0)
+    # began before the kill, answered after it: it describes the world before
+    assert not kill_landing(before, [short(99.9, took=0.5)], KILL).landed
+    landing = kill_landing(before, [short(99.9, took=0.5), short(100.2)], KILL)
+    assert landing.landed and landing.at == 100.25
+
+
+def test_a_kill_that_changes_nothing_never_lands():
+    before = full(99.0)
+    readings = [full(100.0 + i * 0.1) for i in range(20)]
+    landing = kill_landing(before, readings, KILL)
+    assert not landing.landed and landing.at is None
+    assert "20 readings after the kill all showed 2 of 2 ready with the same replicas" == landing.seen
+    assert not kill_landing(before, [], KILL).landed
+
+
+def test_a_replica_back_at_once_is_seen_by_its_new_identity():
+    before = full(99.0)
+    landing = kill_landing(before, [full(100.1), full(100.4, ids=("a@7", "b@2"))], KILL)
+    assert landing.landed and landing.at == 100.45 and "a@1" in landing.seen
+
+
+def test_unanswered_readings_prove_nothing():
+    failed = R(100.1, 100.2, error="TargetUnreachable: status timed out")
+    assert not kill_landing(full(99.0), [failed], KILL).landed
+
+
+def test_recovery_counts_only_readings_that_began_after_the_landing():
+    # The trap of the false PASS: a reading that began before the kill landed says "ready".
+    landed_at = 100.3
+    readings = [full(100.0, took=0.4), short(100.35), short(101.0), full(104.0), full(104.25), full(104.5)]
+    assert recovered_at(readings, landed_at, sustain=3) == 104.05
+    assert recovered_at(readings, None, sustain=3) is None
+
+
+def test_recovery_must_hold_for_the_sustained_readings_flapping_does_not_count():
+    readings = [short(100.5), full(101.0), short(101.25), full(101.5), full(101.75), short(102.0),
+                full(103.0), full(103.25), full(103.5)]
+    assert recovered_at(readings, 100.4, sustain=3) == 103.05
+
+
+def test_recovery_is_never_early_whatever_the_order_readings_arrive_in():
+    readings = [full(104.5), short(100.35), full(104.0), full(104.25)]
+    assert recovered_at(readings, 100.3, sustain=3) == 104.05
+    assert recovered_at([], 100.3) is None
+    assert recovered_at([full(104.0)], 100.3, sustain=3) is None
+    assert recovered_at([full(104.0)], 100.3, sustain=1) == 104.05
+
+
+def test_a_recovery_is_late_by_at_most_one_interval_never_early():
+    """Replicas truly back at 103.6; readings every 0.25 s: the figure is within one interval after."""
+    truth, interval = 103.6, 0.25
+    readings = [(short if 100.0 + i * interval + 0.05 <= truth else full)(100.0 + i * interval) for i in range(40)]
+    seen = recovered_at(readings, 100.3, sustain=1)
+    assert seen is not None and truth <= seen <= truth + interval + 0.05
+
+
+def test_a_destroyed_store_is_seen_unhealthy_or_missing_sessions():
+    assert store_loss_landing([S(100.1, 100.2, healthy=False, error="gone")], KILL).landed
+    assert store_loss_landing([S(100.1, 100.2, True, sessions_read=1, sessions_known=3)], KILL).landed
+    still = [S(100.0 + i * 0.1, 100.05 + i * 0.1, True, sessions_read=3, sessions_known=3) for i in range(10)]
+    nothing = store_loss_landing(still, KILL)
+    assert not nothing.landed and "all found the store healthy with 3 of 3 known sessions read back" in nothing.seen
+    # a reading that began before the disaster never counts
+    assert not store_loss_landing([S(99.9, 100.2, healthy=False)], KILL).landed
+
+
+def test_load_after_the_landing_must_cover_a_recovery_and_its_hold():
+    assert load_needed_after_fault(110.0, 100.0, max_recovery_s=10.0, hold_s=2.0) == 2.0
+    assert load_needed_after_fault(115.0, 100.0, max_recovery_s=10.0, hold_s=2.0) == 0.0
+    assert load_needed_after_fault(None, 100.0, max_recovery_s=10.0, hold_s=2.0) == 12.0
+    assert load_needed_after_fault(115.0, None, max_recovery_s=10.0, hold_s=2.0) is None
+
+
+def test_a_run_that_cannot_be_judged_is_error_whatever_its_checks_say():
+    passing = [SloCheck(name="lost", comparison="<=", threshold=0, value=0)]
+    failing = [SloCheck(name="recovery", comparison="<=", threshold=5, value=9.4)]
+    why = "fault did not take effect: SIGKILL sent to 1 agent replica(s); observed 20 readings ..."
+    for checks in (passing, failing):
+        summary = RunSummary.judge("ha-replica-loss", "ha", {}, checks, unjudgeable=[why])
+        assert summary.verdict == "ERROR" and summary.reason == why
+    assert RunSummary.judge("ha-replica-loss", "ha", {}, failing).verdict == "FAIL"
