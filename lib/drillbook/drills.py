@@ -6,6 +6,7 @@ its plot; the notebook shows the result.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from drillbook.measure import (PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary,
@@ -288,7 +289,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
         elif short > 0:
             seen = (load_end - landed_at) if load_end is not None else 0.0
             run.cannot_judge(f"run too short to judge recovery: load ran {seen:.1f}s after the kill; "
-                             f"use duration_s >= {duration_s + short:.0f}")
+                             f"use duration_s >= {math.ceil(duration_s + short)}", unless_failed=True)
         elif ready_at is None and load_end is not None:
             service_recovered = load_end - fault_at  # not back in all the load after the kill: at least this
             run.record("recovery_time_lower_bound", True)

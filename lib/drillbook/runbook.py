@@ -166,12 +166,14 @@ class Run:
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())
         return judged
 
-    def cannot_judge(self, reason: str) -> None:
-        """The drill cannot be judged (a fault not seen to land, a run too short to see what it
-        measures): the verdict is ERROR with this reason, whatever the checks say."""
+    def cannot_judge(self, reason: str, unless_failed: bool = False) -> None:
+        """The drill cannot be judged (a fault not seen to land): the verdict is ERROR with this
+        reason, whatever the checks say. unless_failed: only one figure could not be judged (a
+        run too short to see a recovery), so a check that failed on a measured value still FAILs."""
         reason = reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
-        if reason not in self.unjudgeable:
-            self.unjudgeable.append(reason)
+        kept = self.experiment_problems if unless_failed else self.unjudgeable
+        if reason not in kept:
+            kept.append(reason)
             self.event("cannot_judge", reason=reason)
 
     def chaos(self, experiment: str, **variables: Any) -> Any:

@@ -43,6 +43,12 @@ class TinyAgent:
     admin: str
     gateway: str
     process: subprocess.Popen
+    data: Path
+
+    def truth(self) -> list[dict]:
+        """What the pool itself logged: each replica's death and readiness, with the time."""
+        path = self.data / "truth.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def status(self) -> dict:
         with urllib.request.urlopen(f"{self.admin}/status", timeout=5) as response:
@@ -99,17 +105,17 @@ def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
     started: list[subprocess.Popen] = []
 
-    def start(bug: str = "none", verifier: str = "tinyagent") -> TinyAgent:
+    def start(bug: str = "none", verifier: str = "tinyagent", lies: tuple[str, ...] = ()) -> TinyAgent:
         port, admin_port = free_port(), free_port()
         data = tmp_path / f"tinyagent-{len(started)}"
         process = subprocess.Popen(
             [sys.executable, str(TINYAGENT), "serve", "--port", str(port), "--admin-port", str(admin_port),
-             "--data", str(data), "--replicas", "2", "--bug", bug],
+             "--data", str(data), "--replicas", "2", "--bug", bug, *(f"--lie={lie}" for lie in lies)],
             env={**os.environ, "TINYAGENT_KEYS": "red=red-secret-1,blue=blue-secret-2"}, start_new_session=True)
         started.append(process)
         admin = f"http://127.0.0.1:{admin_port}"
         agent = TinyAgent(write_profile(tmp_path / f"tinyagent-{len(started)}.yaml", port, admin, verifier), admin,
-                          f"http://127.0.0.1:{port}", process)
+                          f"http://127.0.0.1:{port}", process, data)
 
         def healthy() -> bool:
             try:

@@ -11,14 +11,19 @@ header (X-Request-Id), other field names (id, index, digest), no streaming, and 
 
     tinyagent.py serve --port P --admin-port A --data DIR [--replicas 2] [--load-delay 0.3]
                        [--bug lose-first-turn] [--worker-command CMD] [--health-path P] [--no-activator]
-                       [--store-bug empty-backups]
+                       [--store-bug empty-backups] [--lie noop-kill|slow-restart|stale-status|noop-destroy
+                       |noop-restore (repeat)]
     tinyagent.py ctl --admin URL status | kill COUNT SIGNAL | scale N | backup | restore NAME |
                      destroy | recreate | healthy
 
 Tenant keys come from TINYAGENT_KEYS (team=key,...). `serve` runs a router on --port that
 forwards to worker processes (restarted when they die, retried on another worker when one
 fails mid-request, started on demand when scaled to zero) and an admin API on --admin-port.
-The bug lose-first-turn acknowledges a conversation's first message without storing it.
+The bug lose-first-turn acknowledges a conversation's first message without storing it. The lies
+answer as if work was done: noop-kill names replicas it did not kill, slow-restart holds a killed
+replica's replacement back 9 s, stale-status answers what it saw up to 2 s ago, noop-destroy and
+noop-restore acknowledge and do nothing. The pool writes its own truth (each replica's death
+and readiness, with the time) to DATA/truth.jsonl.
 """
 
 from __future__ import annotations
@@ -156,6 +161,10 @@ def worker(port: int, db: Path, bug: str) -> None:
 
 # -- serve: router, supervisor and admin API ---------------------------------------------------
 
+SLOW_RESTART_S = 9.0
+STALE_STATUS_S = 2.0
+
+
 class Replica:
     def __init__(self, name: str, port: int, process: subprocess.Popen) -> None:
         self.name, self.port, self.process = name, port, process
@@ -173,6 +182,14 @@ class Pool:
         self.lock = threading.Lock()
         self.counter = 0
         self.stopping = False
+        self.lies = set(args.lie or [])
+        self.held_until = 0.0  # slow-restart: no replacement before this (monotonic)
+        self.seen: tuple[float, dict] | None = None  # stale-status: the answer being repeated
+        self.truth = Path(args.data) / "truth.jsonl"
+
+    def tell_truth(self, event: str, name: str) -> None:
+        with open(self.truth, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"t": time.time(), "event": event, "replica": name}) + "\n")
 
     def spawn(self) -> Replica:
         self.counter += 1
@@ -189,8 +206,10 @@ class Pool:
     def supervise(self) -> None:
         while not self.stopping:
             with self.lock:
+                for gone in [r for r in self.replicas if r.process.poll() is not None]:
+                    self.tell_truth("exited", gone.name)
                 self.replicas = [r for r in self.replicas if r.process.poll() is None]
-                while len(self.replicas) < self.desired:
+                while len(self.replicas) < self.desired and time.monotonic() >= self.held_until:
                     self.spawn()
                 for extra in self.replicas[self.desired:]:
                     extra.ready = False
@@ -200,6 +219,7 @@ class Pool:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{replica.port}{self.args.health_path}", timeout=1):
                         replica.ready = True
+                        self.tell_truth("ready", replica.name)
                 except OSError:
                     pass
             time.sleep(0.05)
@@ -207,14 +227,24 @@ class Pool:
     def status(self) -> dict:
         with self.lock:
             live = [r for r in self.replicas if r.process.poll() is None]
-            return {"desired": self.desired, "ready": sum(1 for r in live if r.ready), "replicas": len(live)}
+            now = {"desired": self.desired, "ready": sum(1 for r in live if r.ready), "replicas": len(live)}
+            if "stale-status" in self.lies:
+                if self.seen is None or time.monotonic() - self.seen[0] >= STALE_STATUS_S:
+                    self.seen = (time.monotonic(), now)
+                now = self.seen[1]
+            return now
 
     def kill(self, count: int, sig: str) -> list[str]:
         with self.lock:
             victims = [r for r in self.replicas if r.ready and r.process.poll() is None][:count]
+            if "noop-kill" in self.lies:
+                return [r.name for r in victims]
+            if "slow-restart" in self.lies:
+                self.held_until = time.monotonic() + SLOW_RESTART_S
             for replica in victims:
                 replica.ready = False
                 replica.process.send_signal(getattr(signal, sig))
+                self.tell_truth("killed", replica.name)
             return [r.name for r in victims]
 
     def scale(self, replicas: int) -> None:
@@ -331,6 +361,10 @@ def serve(args: argparse.Namespace) -> None:
                 source.close()
                 target.close()
                 return self.answer(200, {"backup": name})
+            if url.path == "/restore" and "noop-restore" in pool.lies:
+                return self.answer(200, {"restored": "latest"})
+            if url.path == "/destroy" and "noop-destroy" in pool.lies:
+                return self.answer(200, {"destroyed": True})
             if url.path == "/restore":
                 backups = sorted((Path(args.data) / "backups").glob("*.sqlite"))
                 name = query.get("name", "latest")
@@ -424,6 +458,8 @@ def main() -> int:
     s.add_argument("--worker-command", default="", help="run this service as each replica ({port}, {db})")
     s.add_argument("--health-path", default="/health")
     s.add_argument("--store-bug", default="none", choices=["none", "empty-backups"])
+    s.add_argument("--lie", action="append", choices=["noop-kill", "slow-restart", "stale-status", "noop-destroy",
+                                                       "noop-restore"])
     s.add_argument("--no-activator", dest="activator", action="store_false",
                    help="a request at zero replicas waits for nothing to start it")
     w = sub.add_parser("worker")

@@ -134,16 +134,18 @@ def restore_store(backup: str = "latest", timeout_s: float = 60.0,
                   configuration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore the state store from a backup with the on-call procedure itself (so the drill
     rehearses exactly what on-call runs), then its post-checks, which wait at most timeout_s for
-    the store to serve again; resolves this run's store-destroyed faults."""
+    the store to serve again; resolves this run's store-destroyed faults once the store is seen
+    healthy (a restore that answered and restored nothing leaves them to the rollback)."""
     from drillbook.oncall.restore import RestoreProcedure
 
     run = RunContext.of(configuration or {})
     procedure = RestoreProcedure(run.target)
     restored = procedure.restore(backup, dry_run=False, confirm=run.target.name)
-    for fault in run.ledger.open_faults(run.run_id):
-        if fault.kind == "store-destroyed":
-            run.ledger.resolve(fault, "restored by the experiment")
     checked = procedure.postcheck(timeout_s=float(timeout_s))
+    if checked.get("healthy"):  # seen serving again; else the rollback still owes the store
+        for fault in run.ledger.open_faults(run.run_id):
+            if fault.kind == "store-destroyed":
+                run.ledger.resolve(fault, "restored by the experiment")
     run.record_measurement("restored", {"at": restored["at"], **restored["answer"], "postcheck": checked})
     return {**restored["answer"], "postcheck": checked}
 

@@ -1,0 +1,109 @@
+"""Defects that lie: the platform answers as if it had done the work and did not. No drill may
+PASS on them, and each says why: a fault not seen to land is ERROR "fault did not take effect",
+a slow recovery is FAIL with a figure never earlier than the truth, a restore that restores
+nothing is FAIL naming what was missing. On the reference platform (sandbox) and on tinyagent, a
+workload driven through a commands profile alone, whose pool logs its own truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from drillbook.execute import execute
+from drillbook.runbook import recorded
+from tests.integration.test_own_workload import tinyagent  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.integration
+
+NOT_LANDED = "fault did not take effect"
+# Long enough after the kill for a recovery within max_recovery_s plus the hold to be seen.
+HA_SANDBOX = {"users": "4", "duration_s": "11", "kill_after_s": "2", "max_recovery_s": "5"}
+HA_TINY = {"users": "4", "duration_s": "14.0", "kill_after_s": "2.0", "max_recovery_s": "5.0", "think_time_s": "0.1"}
+
+
+def values(executed) -> dict:
+    return recorded(executed.bundle / "runbook.ipynb")["values"]
+
+
+def test_a_kill_that_kills_nothing_is_error_on_the_sandbox(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=200, defects=["noop-kill"])
+    executed = execute("ha-replica-loss", overrides=HA_SANDBOX, results=tmp_path / "results",
+                       sandbox_state=handle.state_dir)
+    assert executed.verdict == "ERROR", executed.explain()
+    assert executed.summary["reason"].startswith(NOT_LANDED), executed.explain()
+    assert "the same replicas" in executed.summary["reason"] and len(executed.summary["reason"]) <= 200
+
+
+def test_a_slow_restart_fails_on_its_measured_recovery_on_the_sandbox(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=200, defects=["slow-restart", "stale-status"])
+    executed = execute("ha-replica-loss", overrides=HA_SANDBOX, results=tmp_path / "results",
+                       sandbox_state=handle.state_dir)
+    assert executed.verdict == "FAIL", executed.explain()
+    failed = {c["name"]: c for c in executed.summary["checks"] if not c["passed"]}
+    assert failed["service recovery time"]["value"] >= 9.0, executed.explain()
+
+
+def test_a_disaster_that_does_nothing_is_error_on_the_sandbox(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=0, defects=["noop-destroy", "noop-restore"])
+    executed = execute("restore-drill", overrides={"restore_timeout_s": "3"}, results=tmp_path / "results",
+                       sandbox_state=handle.state_dir)
+    assert executed.verdict == "ERROR", executed.explain()
+    assert executed.summary["reason"].startswith(NOT_LANDED) and "found the store healthy" in executed.summary["reason"]
+
+
+def test_a_restore_that_restores_nothing_fails_saying_the_store_did_not_serve(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=0, defects=["noop-restore"])
+    executed = execute("restore-drill", overrides={"restore_timeout_s": "3"}, results=tmp_path / "results",
+                       sandbox_state=handle.state_dir)
+    assert executed.verdict == "FAIL", executed.explain()
+    assert "the store did not serve again within restore_timeout_s" in executed.explain()
+    assert values(executed)["backup_created"] is True
+    with handle.control() as control:
+        assert control.store()["healthy"] is True  # the rollback re-created a store, and said it was empty
+
+
+def test_a_backup_of_nothing_fails_naming_the_missing_turns(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=0, defects=["empty-backups"])
+    executed = execute("restore-drill", overrides={"restore_timeout_s": "3"}, results=tmp_path / "results",
+                       sandbox_state=handle.state_dir)
+    assert executed.verdict == "FAIL", executed.explain()
+    assert "the store served again, but 9 of 9 turns acknowledged before the backup were missing" in executed.explain()
+    assert "no backup was taken" not in executed.explain()
+    assert values(executed)["integrity"] == 0.0
+
+
+def test_a_kill_that_kills_nothing_is_error_through_commands(tinyagent, tmp_path):  # noqa: F811
+    agent = tinyagent(lies=("noop-kill",))
+    executed = execute("ha-replica-loss", str(agent.profile), HA_TINY, results=tmp_path / "results")
+    assert executed.verdict == "ERROR", executed.explain()
+    assert executed.summary["reason"].startswith(NOT_LANDED), executed.explain()
+    assert not [e for e in agent.truth() if e["event"] == "killed"]
+
+
+def test_stale_status_cannot_make_a_slow_restart_look_fast_through_commands(tinyagent, tmp_path):  # noqa: F811
+    """The false PASS: a status reading that began before the kill said 'ready again'. The pool's
+    own log says when the replacement was really ready; drillbook's figure is never earlier."""
+    agent = tinyagent(lies=("slow-restart", "stale-status"))
+    executed = execute("ha-replica-loss", str(agent.profile), HA_TINY, results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.explain()
+    truth = agent.truth()
+    killed = next(e["t"] for e in truth if e["event"] == "killed")
+    back = [e["t"] for e in truth if e["event"] == "ready" and e["t"] > killed]
+    found = values(executed)
+    recovery = next(c for c in executed.summary["checks"] if c["name"] == "service recovery time")
+    assert not recovery["passed"] and recovery["value"] >= 9.0
+    if back and found["replicas_recovered_s"] is not None:  # never early against the pool's own clock
+        assert found["replicas_recovered_s"] >= back[0] - killed - 0.05
+
+
+def test_a_disaster_that_does_nothing_is_error_through_commands(tinyagent, tmp_path):  # noqa: F811
+    agent = tinyagent(lies=("noop-destroy",))
+    executed = execute("restore-drill", str(agent.profile), {"restore_timeout_s": "3"}, results=tmp_path / "results")
+    assert executed.verdict == "ERROR", executed.explain()
+    assert executed.summary["reason"].startswith(NOT_LANDED)
+
+
+def test_a_restore_that_restores_nothing_fails_through_commands(tinyagent, tmp_path):  # noqa: F811
+    agent = tinyagent(lies=("noop-restore",))
+    executed = execute("restore-drill", str(agent.profile), {"restore_timeout_s": "3"}, results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.explain()
+    assert "did not serve again" in executed.explain() or "were missing" in executed.explain()
