@@ -39,6 +39,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped in CI (CI=true forbids skips): {reason}"
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Unit tests (no processes) run first, so a broken change fails in seconds, not after the
+    integration tests; the order within each group is kept."""
+    unit = Path(__file__).resolve().parent / "unit"
+    items.sort(key=lambda item: 0 if unit in Path(str(item.path)).parents else 1)
+
+
 def _pg_bin() -> Path | None:
     found = sorted(glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[4]))
     if found:

@@ -92,6 +92,10 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
             receipts.append(Receipt(**first["receipt"]))
     summary = cold_start_summary(measured)
     run.record("trials_completed", len(measured))
+    errored = [run.metrics.get(f"trial_{i + 1}_experiment_verdict") for i in range(trials)]
+    if trials and all(verdict in ("ERROR", "ABORTED") for verdict in errored):
+        # Nothing ran: a setup problem (no kubeconfig, a command not found) is not a measured miss.
+        run.cannot_judge(f"no cold-start trial could run: {run.metrics.get('trial_1_error', 'see the journal')}")
     # Completion is not delivery: the first turn after scale-from-zero must be stored too.
     delivery = run.audit_delivery(receipts)
     run.record("first_turns_acknowledged", len(receipts))

@@ -107,3 +107,38 @@ def test_a_restore_that_restores_nothing_fails_through_commands(tinyagent, tmp_p
     executed = execute("restore-drill", str(agent.profile), {"restore_timeout_s": "3"}, results=tmp_path / "results")
     assert executed.verdict == "FAIL", executed.explain()
     assert "did not serve again" in executed.explain() or "were missing" in executed.explain()
+
+
+def test_a_missing_kubeconfig_is_error_naming_it_not_a_measured_fail(tmp_path, monkeypatch):
+    """A setup problem is never a FAIL: every trial errors before the fault, and the one line says why."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.helpers import free_port, wait_for
+
+    port = free_port()
+    gateway = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        profile = tmp_path / "cluster.yaml"
+        profile.write_text(yaml.safe_dump({
+            "name": "no-kubeconfig", "kind": "kubernetes",
+            "kubernetes": {"context": "staging", "namespace": "agents", "allowed_contexts": ["staging"],
+                           "allowed_namespaces": ["agents"]},
+            "workload": {"gateway_url": f"http://127.0.0.1:{port}", "agent": {"deployment": "agent",
+                                                                              "selector": "app=agent"}},
+            "tenants": {"acme": {"key_env": "ACME_AGENT_KEY"}}}))
+        monkeypatch.setenv("ACME_AGENT_KEY", "key")
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+        monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
+        wait_for(lambda: subprocess.run(["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))"],
+                                        capture_output=True).returncode == 0, timeout=10)
+        executed = execute("cold-start", str(profile), {"trials": "1"}, results=tmp_path / "results")
+    finally:
+        gateway.terminate()
+        gateway.wait(10)
+    assert executed.verdict == "ERROR", executed.explain()
+    assert f"kubeconfig {tmp_path / 'no-such-kubeconfig'} does not exist" in executed.summary["reason"]
+    assert len(executed.summary["reason"]) <= 200

@@ -85,3 +85,12 @@ def test_a_form_template_must_be_flat():
 ])
 def test_a_failure_keeps_the_reason_the_platform_gave(response, reason):
     assert failure_reason(response) == reason
+
+
+def test_an_answer_that_is_a_list_of_events_is_mapped_and_keeps_its_receipt():
+    from drillbook.agentapi import receipt
+
+    api = AgentApi(ack_seq_field="[-1].seq", ack_digest_field=None)
+    events = [{"event": "RunStarted"}, {"event": "RunContent", "content": "hi"}, {"event": "RunCompleted", "seq": 7}]
+    kept = receipt(api, events, "s-1", "acme", "hello", "k-1", acked_at=1.0)
+    assert (kept["seq"], kept["hash"], kept["session_id"], kept["idempotency_key"]) == (7, None, "s-1", "k-1")

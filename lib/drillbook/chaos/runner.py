@@ -105,6 +105,15 @@ def _exception_text(run: dict[str, Any]) -> str:
     return "".join(exception) if isinstance(exception, list) else str(exception)
 
 
+def _last_line(activity: dict[str, Any]) -> str:
+    """The error an activity raised, as its one last line (without the exception's module path)."""
+    lines = [line.strip() for line in _exception_text(activity).splitlines() if line.strip()]
+    last = lines[-1] if lines else "no exception recorded"
+    while last.startswith(("chaoslib.", "drillbook.")) and ": " in last:
+        last = last.split(": ", 1)[1]
+    return last
+
+
 def _unlanded(run: dict[str, Any]) -> str:
     """The FaultNotLanded line of a failed activity."""
     text = _exception_text(run)
@@ -133,6 +142,10 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     if journal.get("status") in ("interrupted", "aborted"):
         return "ABORTED", [f"run {journal['status']}"] + reasons
     if before is not None and not before.get("steady_state_met"):
+        raised = [_last_line(p) for p in before.get("probes", []) if p.get("status") == "failed" and p.get("exception")]
+        if raised:  # the probe could not ask the target at all: say why, not that a tolerance was missed
+            return "ERROR", [f"probe {_missed(before)[0] if _missed(before) else 'before the fault'} failed: "
+                             f"{raised[0]}"] + reasons
         return "ERROR", [f"steady state not met before the fault (probe {', '.join(_missed(before)) or 'unknown'} "
                          "missed its tolerance): nothing was judged"] + reasons
     deviated = False

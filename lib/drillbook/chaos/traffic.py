@@ -122,6 +122,7 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
         session_id = open_session(http, api)
         first_token = None
         last_line = ""
+        lines: list[str] = []
         idempotency_key = uuid.uuid4().hex
         path = api.turn_path(session_id) + (f"?{api.stream_query}" if api.stream_query else "")
         with http.stream("POST", path, **api.body(api.turn_body_for(WAKE_UP, session_id, idempotency_key)),
@@ -133,10 +134,14 @@ def first_token_latency(gateway: str, key: str, timeout_s: float = 120.0, tenant
                     first_token = time.time()
                 if line.strip():
                     last_line = line
+                    lines.append(line)
         done = time.time()
     try:
-        ack = json.loads(last_line)
-        ack = ack["ack"] if isinstance(ack.get("ack"), dict) else ack  # a streamed answer's last line may wrap it
+        # A streamed answer acknowledges on its last line; any other answer is one JSON document
+        # of any shape (an object, or a list of events), mapped by the profile's JMESPath.
+        ack = json.loads(last_line if api.stream_query else "\n".join(lines))
+        if isinstance(ack, dict) and isinstance(ack.get("ack"), dict):  # a streamed answer's last line may wrap it
+            ack = ack["ack"]
         kept = receipt(api, ack, session_id, tenant, WAKE_UP, idempotency_key, acked_at=done)
     except (ValueError, TypeError, AttributeError):
         kept = None  # no acknowledgement in the answer: nothing to audit, and the audit says so

@@ -53,7 +53,12 @@ def api_client(context: str) -> Any:
             raise ConfigError(f"kubernetes context {IN_CLUSTER!r} outside a pod: {error}") from None
         return client.ApiClient(configuration)
     path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
-    return config.new_client_from_config(config_file=path, context=context)
+    if not os.path.isfile(path):
+        raise ConfigError(f"kubeconfig {path} does not exist (set KUBECONFIG or write ~/.kube/config)")
+    try:
+        return config.new_client_from_config(config_file=path, context=context)
+    except config.ConfigException as error:
+        raise ConfigError(f"kubeconfig {path}, context {context!r}: {str(error).splitlines()[0][:120]}") from None
 
 
 def _pod_ready(pod: Any) -> bool:
