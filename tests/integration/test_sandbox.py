@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+import uuid
 
 import httpx
 import pytest
@@ -190,6 +191,53 @@ def test_gateway_retries_hide_a_replica_kill_from_clients(sandbox_factory):
         killed = sum(1 for e in control.events() if e["kind"] == "replica_killed")
     assert outcome["ok"] > 0 and outcome["failed"] == 0
     assert killed == 2
+
+
+def test_no_502_escapes_the_gateway_when_replicas_are_killed_again_and_again(sandbox_factory):
+    """Every request here is safe to retry (opens and turns carry idempotency keys, reads are
+    GETs), so no kill may reach a client: 8 clients open sessions, run turns and read back while
+    an agent replica is SIGKILLed whenever all are ready again, at least 6 times. (With the
+    no-retries defect the same loop lets 20-30 502s through.)"""
+    handle = sandbox_factory(agents=3, tokens_per_second=200, max_tokens=8)
+    outcome: dict[str, int] = {"ok": 0}
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 20.0
+
+    def client_loop(index: int) -> None:
+        key = list(handle.tenant_keys.values())[index % len(handle.tenant_keys)]
+        with TenantClient(handle.gateway_url, key, timeout=30) as client:
+            while time.monotonic() < stop_at:
+                answers = [client.request("POST", "/v1/sessions", headers={"Idempotency-Key": uuid.uuid4().hex})]
+                if answers[0].status_code == 201:
+                    session_id = answers[0].json()["session_id"]
+                    for _ in range(3):
+                        answers.append(client.request("POST", f"/v1/sessions/{session_id}/turns", json={"input": "go"},
+                                                      headers={"Idempotency-Key": uuid.uuid4().hex}))
+                    answers.append(client.request("GET", f"/v1/sessions/{session_id}"))
+                with lock:
+                    for answer in answers:
+                        if answer.status_code in (200, 201):
+                            outcome["ok"] += 1
+                        else:
+                            failures.append(f"{answer.request.method} {answer.request.url.path}: "
+                                            f"{answer.status_code} {answer.text[:120]}")
+
+    clients = [threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
+    for thread in clients:
+        thread.start()
+    kills = 0
+    with handle.control() as control:
+        while time.monotonic() < stop_at - 2.0:
+            time.sleep(0.5)
+            agent = control.status()["services"]["agent"]
+            if agent["ready"] == agent["desired"] == 3:
+                control.kill("agent", count=1, signal="SIGKILL")
+                kills += 1
+    for thread in clients:
+        thread.join()
+    assert kills >= 6 and outcome["ok"] > 200, (kills, outcome)
+    assert failures == [], f"{len(failures)} escaped after {kills} kills: {failures[:5]}"
 
 
 def test_replicas_die_with_a_killed_supervisor(sandbox_factory):
