@@ -227,7 +227,8 @@ class Pool:
     def status(self) -> dict:
         with self.lock:
             live = [r for r in self.replicas if r.process.poll() is None]
-            now = {"desired": self.desired, "ready": sum(1 for r in live if r.ready), "replicas": len(live)}
+            now = {"desired": self.desired, "ready": sum(1 for r in live if r.ready), "replicas": len(live),
+                   "ids": [f"{r.name}@{r.process.pid}" for r in live if r.ready]}
             if "stale-status" in self.lies:
                 if self.seen is None or time.monotonic() - self.seen[0] >= STALE_STATUS_S:
                     self.seen = (time.monotonic(), now)
