@@ -9,14 +9,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from drillbook.measure import (PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary,
-                               load_needed_after_fault, recovered_at)
+from drillbook.measure import (PERCENTILE, READY_FROM_EVENTS, SUSTAIN_READINGS, ColdStartTrial, cold_start_phases, cold_start_summary, ha_figures,
+                               load_needed_after_fault, recovered_at, replicas_ready_at)
 from drillbook.observation import ReplicaObservation
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
 from drillbook.scenarios.ha_replica_loss import HOLD_S
 
-SUSTAIN_READINGS = 3  # readings in a row at full readiness before replicas count as back
+OBSERVATIONS = "observations"  # a run's raw readings, kept for `drillbook verify --recompute`
+
+
+def _keep(run: Run, name: str, rows: list[dict[str, Any]]) -> None:
+    """Keep raw observations in the run's evidence (observations/<name>, one JSON object a line)."""
+    import json
+
+    folder = run.work_dir / OBSERVATIONS
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("".join(json.dumps(row, default=str) + "\n" for row in rows))
 
 
 def _first(events: list[dict[str, Any]], kind: str, role: str, after: float) -> float | None:
@@ -45,7 +54,7 @@ class ReadinessWatch:
         from drillbook.observation import ObservationLog
 
         self.run, self.role, self.interval_s = run, role, interval_s
-        self.log = ObservationLog(run.work_dir / "observations" / f"readiness-{role}.jsonl")
+        self.log = ObservationLog(run.work_dir / OBSERVATIONS / f"readiness-{role}.jsonl")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -218,7 +227,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     """Agent sessions under Locust load; kill replicas mid-session; recovery, errors, p95 and delivery."""
     import time
 
-    from drillbook.measure import percentile, recovery_time
+    from drillbook.measure import percentile
 
     load = run.start_load("agent-sessions", users=users, duration_s=duration_s,
                           settings={"think-time": str(think_time_s)}, workers=load_workers)
@@ -239,29 +248,22 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
         run.cannot_judge(f"fault did not take effect: {kill_signal} sent to {kill_count} agent replica(s); "
                          f"observed {landing.get('seen', 'nothing')}")
     events = run.target_events(since=fault_at or 0.0)
+    _keep(run, "target-events.jsonl", events)
     # The target's own events when they follow the killed replicas (the sandbox restarts them
     # under the same name); else the readings, counted only from those that began after the
     # kill was seen to land, held for SUSTAIN readings (a pod's replacement has a new name).
-    ready_times = [next((e["t"] for e in events if e["kind"] == "replica_ready" and e.get("replica") == replica),
-                        None) for replica in killed]
-    if killed and all(ready_times) and landed_at is not None:
-        ready_at = max(t for t in ready_times if t is not None)
-        run.record("replicas_ready_from", "target events")
+    ready_at = replicas_ready_at(events, killed, fault_at) if fault_at and landed_at is not None else None
+    if ready_at is not None:
+        run.record("replicas_ready_from", READY_FROM_EVENTS)
     else:
         readings = [*(ReplicaObservation.from_json(o) for o in fault.get("observations") or []), *watch.samples]
         ready_at = recovered_at(readings, landed_at, SUSTAIN_READINGS)
         run.record("replicas_ready_from", f"readings every {watch.interval_s:g}s, {SUSTAIN_READINGS} in a row")
     turns = load_result.requests[load_result.requests["name"] == "turn"]
-    baseline = turns[turns["t"] < fault_at] if fault_at else turns
-    baseline_p95 = percentile(baseline["ms"], 0.95)
-    recovery = recovery_time(turns, fault_at, ready_at, baseline_p95, tolerance=tolerance, hold_s=hold_s) \
-        if fault_at else None
+    figures = ha_figures(turns, fault_at, ready_at, tolerance=tolerance, hold_s=hold_s)
+    baseline_p95, error_rate = figures.baseline_p95_ms, figures.error_rate_fault
     window_end = (ready_at or fault_at or 0.0) + hold_s
-    # Requests in flight during the window count, not only those started in it: the ones a kill
-    # breaks were sent before the kill.
     finished = turns["t"] + turns["ms"] / 1000.0
-    in_fault = turns[(finished >= (fault_at or 0.0)) & (turns["t"] < window_end)] if fault_at else turns.iloc[0:0]
-    error_rate = float((~in_fault["ok"]).mean()) if len(in_fault) else None
     delivery = run.audit_delivery(load_result.receipts)
     run.record("experiment_verdict", result.verdict)
     # What the experiment's own clients saw fail through the kill, by the platform's reason.
@@ -269,9 +271,9 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.record("killed_replicas", killed)
     run.record("requests", load_result.total_requests)
     run.record("baseline_p95_ms", baseline_p95, "ms")
-    run.record("p95_ms", percentile(turns["ms"], 0.95), "ms")
-    run.record("replicas_recovered_s", recovery.replicas_recovered_s if recovery else None, "s")
-    run.record("recovery_time_s", recovery.service_recovered_s if recovery else None, "s")
+    run.record("p95_ms", figures.p95_ms, "ms")
+    run.record("replicas_recovered_s", figures.replicas_recovered_s, "s")
+    run.record("recovery_time_s", figures.recovery_time_s, "s")
     run.record("error_rate_fault", error_rate)
     run.record("acknowledged_turns", delivery.acknowledged)
     run.record("lost_turns", delivery.lost)
@@ -283,9 +285,9 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.check("acknowledged turns duplicated or out of order", delivery.misordered, "<=", 0)
     run.check("error rate in the fault window", error_rate, "<=", max_error_rate,
               missing="the fault was never injected" if not fault_at else "no turn was in flight in the fault window")
-    service_recovered = recovery.service_recovered_s if recovery else None
+    service_recovered = figures.recovery_time_s
     if fault_at and landed_at is not None and service_recovered is None:
-        load_end = float(finished.max()) if len(turns) else None
+        load_end = figures.load_end
         short = load_needed_after_fault(load_end, landed_at, max_recovery_s, hold_s) or 0.0
         if ready_at is not None and ready_at - fault_at > max_recovery_s:
             service_recovered = ready_at - fault_at  # a lower bound: the service cannot be back before its replicas
@@ -300,7 +302,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.check("service recovery time", service_recovered, "<=", max_recovery_s, "s",
               missing="the fault was never injected (see the experiment's journal)" if not fault_at else
               _recovery_missing(ready_at, after_kill))
-    run.check("p95 over the run", percentile(turns["ms"], 0.95), "<=", max_p95_ms, "ms",
+    run.check("p95 over the run", figures.p95_ms, "<=", max_p95_ms, "ms",
               missing="no turn completed during the load")
     run.check("chaos experiment's steady-state hypothesis held", 1.0 if result.verdict == "PASS" else 0.0
               if result.verdict == "FAIL" else None, ">=", 1.0,
@@ -316,8 +318,8 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     for axis in (latency, errors):
         if fault_at:
             axis.axvspan(fault_at - origin, window_end - origin, color="#c62828", alpha=0.12)
-        if recovery and recovery.service_recovered_s is not None and fault_at:
-            axis.axvline(fault_at - origin + recovery.service_recovered_s, color="#2e7d32", linestyle="--")
+        if figures.recovery_time_s is not None and fault_at:
+            axis.axvline(fault_at - origin + figures.recovery_time_s, color="#2e7d32", linestyle="--")
         axis.legend(fontsize=7)
     latency.set_ylabel("ms")
     errors.set_ylim(bottom=0)

@@ -16,6 +16,8 @@ from drillbook.evidence.summary import SloCheck
 from drillbook.observation import ReplicaObservation, StoreObservation
 
 
+SUSTAIN_READINGS = 3  # readings in a row at full readiness before replicas count as back (HA)
+READY_FROM_EVENTS = "target events"  # the HA drill's replicas_ready_from when the target's own events said
 PERCENTILE = "nearest rank: the smallest measured value with at least the quantile of all values at or below it"
 
 
@@ -156,6 +158,52 @@ def load_needed_after_fault(load_end: float | None, landed_at: float | None, max
         return None
     covered = (load_end - landed_at) if load_end is not None else 0.0
     return max(0.0, max_recovery_s + hold_s - covered)
+
+
+def replicas_ready_at(events: Sequence[dict], killed: Sequence[str], fault_at: float) -> float | None:
+    """From a target's own lifecycle events: when the last killed replica was ready again (its
+    first replica_ready at or after the fault); None unless every killed replica has one."""
+    times = [next((e["t"] for e in events if e.get("kind") == "replica_ready" and e.get("replica") == replica
+                   and e["t"] >= fault_at), None) for replica in killed]
+    return max(t for t in times if t is not None) if killed and all(t is not None for t in times) else None
+
+
+@dataclass(frozen=True)
+class HaFigures:
+    """The HA drill's figures from its recorded turns (rows: t, ms, ok), the fault and the moment
+    the replicas were seen back."""
+
+    baseline_p95_ms: float
+    p95_ms: float
+    replicas_recovered_s: float | None
+    recovery_time_s: float | None
+    error_rate_fault: float | None
+    load_end: float | None
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"baseline_p95_ms": self.baseline_p95_ms, "p95_ms": self.p95_ms,
+                "replicas_recovered_s": self.replicas_recovered_s, "recovery_time_s": self.recovery_time_s,
+                "error_rate_fault": self.error_rate_fault}
+
+
+def ha_figures(turns: pd.DataFrame, fault_at: float | None, ready_at: float | None, *, tolerance: float,
+               hold_s: float) -> HaFigures:
+    """Baseline p95 (turns started before the fault), p95 over the run, recovery (recovery_time),
+    and the error rate in the fault window: every turn in flight from the fault until hold_s
+    after the replicas were back (a request a kill breaks was sent before the kill)."""
+    baseline = turns[turns["t"] < fault_at] if fault_at else turns
+    baseline_p95 = percentile(baseline["ms"], 0.95)
+    recovery = recovery_time(turns, fault_at, ready_at, baseline_p95, tolerance=tolerance, hold_s=hold_s) \
+        if fault_at else None
+    finished = turns["t"] + turns["ms"] / 1000.0
+    window_end = (ready_at or fault_at or 0.0) + hold_s
+    in_fault = turns[(finished >= (fault_at or 0.0)) & (turns["t"] < window_end)] if fault_at else turns.iloc[0:0]
+    return HaFigures(
+        baseline_p95_ms=baseline_p95, p95_ms=percentile(turns["ms"], 0.95),
+        replicas_recovered_s=recovery.replicas_recovered_s if recovery else None,
+        recovery_time_s=recovery.service_recovered_s if recovery else None,
+        error_rate_fault=float((~in_fault["ok"]).mean()) if len(in_fault) else None,
+        load_end=float(finished.max()) if len(turns) else None)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from drillbook.evidence.recompute import recompute_bundle
 from drillbook.execute import execute
 from drillbook.runbook import recorded
 from tests.integration.test_own_workload import tinyagent  # noqa: F401 - the fixture
@@ -93,6 +94,8 @@ def test_stale_status_cannot_make_a_slow_restart_look_fast_through_commands(tiny
     assert not recovery["passed"] and recovery["value"] >= 9.0
     if back and found["replicas_recovered_s"] is not None:  # never early against the pool's own clock
         assert found["replicas_recovered_s"] >= back[0] - killed - 0.05
+    figures = recompute_bundle(executed.bundle)  # the readings path, derived again from the kept readings
+    assert figures and all(f.agrees for f in figures), [f.describe() for f in figures if not f.agrees]
 
 
 def test_a_disaster_that_does_nothing_is_error_through_commands(tinyagent, tmp_path):  # noqa: F811

@@ -66,6 +66,7 @@ def test_cold_start_passes_and_records_its_figures(sandbox_factory, tmp_path):
     assert (executed.bundle / "runbook.html").exists()
     assert verify_path(tmp_path / "results").ok
     assert replicas(handle) == before
+    assert_figures_follow_from_the_observations(executed.bundle, "cold_start_p95_s")
 
 
 def test_cold_start_fails_with_a_slow_model_load_and_an_slo_below_it(sandbox_factory, tmp_path):
@@ -151,6 +152,24 @@ def test_ha_passes_on_a_healthy_sandbox_and_audits_delivery(sandbox_factory, tmp
     assert values["recovery_time_s"] is not None and values["replicas_recovered_s"] > 0
     assert (executed.bundle / "load" / "locust.json").exists()
     assert (executed.bundle / "plots" / "latency-errors.png").exists()
+    assert_figures_follow_from_the_observations(executed.bundle, "recovery_time_s")
+
+
+def assert_figures_follow_from_the_observations(bundle: Path, edited: str) -> None:
+    """verify --recompute derives every judged figure again and agrees; a summary.json whose
+    figure was edited (as a forger who re-seals it would) disagrees, by name."""
+    import shutil
+
+    from drillbook.evidence.recompute import recompute_bundle
+
+    figures = recompute_bundle(bundle)
+    assert len(figures) >= 5 and all(f.agrees for f in figures), [f.describe() for f in figures if not f.agrees]
+    forged = bundle.parent.parent / "forged" / bundle.name
+    shutil.copytree(bundle, forged)
+    summary = json.loads((forged / "summary.json").read_text())
+    summary["metrics"][edited] = (summary["metrics"][edited] or 0) / 2 + 0.001
+    (forged / "summary.json").write_text(json.dumps(summary))
+    assert [f.figure for f in recompute_bundle(forged) if not f.agrees] == [edited]
 
 
 def test_ha_with_load_workers_audits_every_workers_turns(sandbox_factory, tmp_path):

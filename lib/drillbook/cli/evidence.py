@@ -123,20 +123,25 @@ def verify_command(
                                                     "$DRILLBOOK_WITNESS file): the ledger must still hold it."),
     allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
                                           help="Exit 0 even when some runs were interrupted, killed or never sealed."),
+    recompute: bool = typer.Option(False, "--recompute",
+                                   help="Also derive every judged figure again from each bundle's raw observations "
+                                        "and name any that disagrees with its summary.json."),
 ) -> None:
-    """Recompute every digest, the chain, the signatures and the kept head.
+    """Recompute every digest, the chain, the signatures and the kept head (and, with
+    --recompute, every judged figure from the observations it came from).
 
     Exit 0 only when everything verifies and every run was complete (interrupted, killed and
     unsealed runs exit 1 unless --allow-incomplete); exit 1 when evidence was changed or is
     partial; exit 2 when the input cannot be used."""
     from drillbook.evidence.anchor import read_head
-    from drillbook.evidence.verify import LEDGER_FINDING, verify_evidence
+    from drillbook.evidence.verify import LEDGER_FINDING, recompute_figures, verify_evidence
 
     trusted = _trusted_keys(public_key)
     with _evidence(path) as (target, source):
         report = verify_evidence(target, trusted, source, require_signed=require_signed,
                                  expected_head=read_head(expect_head, target) if expect_head else None,
                                  head_source=str(expect_head) if expect_head else "")
+        figures = recompute_figures(target, report) if recompute else None
     for finding in report.findings:
         style = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{style}]{finding.severity.upper()}[/] {finding.bundle}: {finding.kind}: {finding.detail}",
@@ -146,6 +151,9 @@ def verify_command(
                                                                if f.kind == "unsealed"})
     console.print(f"{len(bundles)} bundles checked, {intact} intact, {len(report.errors)} errors, "
                   f"{len(report.findings) - len(report.errors)} warnings")
+    if figures is not None:
+        wrong = sum(1 for f in report.findings if f.kind == "figure-disagrees")
+        console.print(f"figures recomputed from the observations: {figures}, {wrong} disagree with summary.json")
     counts = report.counts()
     if counts:
         console.print("by state: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items())))

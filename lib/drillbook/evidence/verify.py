@@ -287,6 +287,23 @@ class EvidenceSource:
     head: dict[str, Any] | None = None
 
 
+def recompute_figures(path: Path, report: VerifyReport) -> int:
+    """`--recompute`: derive every judged figure of each checked bundle again from its raw
+    observations (drillbook.evidence.recompute); a figure that disagrees with summary.json is an
+    error finding. Returns how many figures were recomputed."""
+    from drillbook.evidence.recompute import recompute_bundle
+
+    path = Path(path)
+    results_dir = path if not (path / MANIFEST).exists() else path.parent
+    counted = 0
+    for name in sorted(set(report.checked)):
+        for figure in recompute_bundle(results_dir / name):
+            counted += 1
+            if not figure.agrees:
+                report.add(name, "figure-disagrees", figure.describe())
+    return counted
+
+
 def verify_evidence(results_dir: Path, trusted: set[str] | None = None, source: EvidenceSource | None = None, *,
                     require_signed: bool = False, expected_head: dict[str, Any] | None = None,
                     head_source: str = "") -> VerifyReport:
