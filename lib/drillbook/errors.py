@@ -119,5 +119,6 @@ class FaultNotLanded(DrillbookError):
     """A fault whose effect was not observed, independently of the call that made it, within its
     bound: nothing after it can be judged, so the run is ERROR, never PASS or FAIL."""
 
-    def __init__(self, what: str, seen: str, bound_s: float) -> None:
-        super().__init__(f"fault did not take effect: {what}; observed {seen} within {bound_s:g}s")
+    def __init__(self, what: str, seen: str, bound_s: float = 0.0) -> None:
+        within = f" within {bound_s:g}s" if bound_s else ""
+        super().__init__(f"fault did not take effect: {what}; observed {seen}{within}")

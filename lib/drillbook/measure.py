@@ -112,6 +112,17 @@ def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObser
                    + (" with the same replicas" if known else ""))
 
 
+def scale_down_landing(after: Sequence[ReplicaObservation], issued_at: float, replicas: int) -> Landing:
+    """A scale down is seen in the first reading that started at or after it was issued and shows
+    no more than `replicas` ready (0 for a scale to zero)."""
+    for seen in _in_order(after):
+        if seen.started >= issued_at and not seen.error and seen.ready <= replicas:
+            return Landing(True, seen.ended, f"{seen.ready} ready (desired {seen.desired})")
+    readings = [o for o in after if o.started >= issued_at and not o.error]
+    return Landing(False, None, "no reading after the scale" if not readings else
+                   f"{len(readings)} readings after the scale, the last with {readings[-1].ready} ready")
+
+
 def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:
     """When the replicas were back: the end of the first reading that started after the fault
     was seen to land (`landed_at`) and showed full readiness, followed without a gap by

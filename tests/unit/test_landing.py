@@ -5,7 +5,8 @@ readiness that flaps, a fault that never lands, readings out of order, none, one
 from __future__ import annotations
 
 from drillbook.evidence.summary import RunSummary, SloCheck
-from drillbook.measure import kill_landing, load_needed_after_fault, recovered_at, store_loss_landing
+from drillbook.measure import (kill_landing, load_needed_after_fault, recovered_at, scale_down_landing,
+                               store_loss_landing)
 from drillbook.observation import ReplicaObservation as R
 from drillbook.observation import StoreObservation as S
 
@@ -103,3 +104,11 @@ def test_a_run_that_cannot_be_judged_is_error_whatever_its_checks_say():
         summary = RunSummary.judge("ha-replica-loss", "ha", {}, checks, unjudgeable=[why])
         assert summary.verdict == "ERROR" and summary.reason == why
     assert RunSummary.judge("ha-replica-loss", "ha", {}, failing).verdict == "FAIL"
+
+
+def test_a_scale_to_zero_is_seen_only_in_a_reading_begun_after_it():
+    zero = R(100.2, 100.3, desired=0, ready=0)
+    assert scale_down_landing([R(99.9, 100.3, desired=0, ready=0), zero], KILL, 0).at == 100.3
+    assert not scale_down_landing([R(99.9, 100.3, desired=0, ready=0)], KILL, 0).landed
+    still = scale_down_landing([R(100.1 + i, 100.2 + i, desired=0, ready=1) for i in range(3)], KILL, 0)
+    assert not still.landed and still.seen == "3 readings after the scale, the last with 1 ready"

@@ -3,7 +3,8 @@
 applying it, so that rollbacks and `drillbook rollback` can always put the target back.
 
 A fault must be seen to land: after the call that makes it, each action reads the target again
-(readiness and replica identities after a kill; store health and read-back after a disaster)
+(readiness and replica identities after a kill; readiness after a scale down; store health and
+read-back after a disaster)
 until the effect is observed or LANDING_TIMEOUT_S passes. The readings are kept as measurements;
 a fault not seen to land raises FaultNotLanded, and the run is ERROR.
 """
@@ -16,11 +17,12 @@ from typing import Any, Callable
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
 from drillbook.errors import FaultNotLanded
-from drillbook.measure import Landing, kill_landing, store_loss_landing
+from drillbook.measure import Landing, kill_landing, scale_down_landing, store_loss_landing
 from drillbook.observation import ReplicaObservation, StoreObservation
 
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
+SCALE_LANDING_TIMEOUT_S = 30.0  # replicas stopping gracefully (a pod's termination grace) take longer than a kill
 
 __all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
 
@@ -54,9 +56,9 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
     return killed
 
 
-def _until_landed(check: Callable[[], Landing]) -> Landing:
-    """Read until the fault is seen, or LANDING_TIMEOUT_S passes (the last verdict then)."""
-    deadline = time.monotonic() + LANDING_TIMEOUT_S
+def _until_landed(check: Callable[[], Landing], bound_s: float = LANDING_TIMEOUT_S) -> Landing:
+    """Read until the fault is seen, or bound_s passes (the last verdict then)."""
+    deadline = time.monotonic() + bound_s
     while True:
         landing = check()
         if landing.landed or time.monotonic() >= deadline:
@@ -96,10 +98,23 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
     if if_present and not run.target.has(service):
         return {"service": service, "absent": True}
     previous = run.target.desired(service)
-    run.ledger.record(run.run_id, run.target.name, "scale", {"op": "scale", "service": service, "replicas": previous},
-                      service=service, to=replicas)
+    fault = run.ledger.record(run.run_id, run.target.name, "scale",
+                              {"op": "scale", "service": service, "replicas": previous}, service=service, to=replicas)
     run.target.scale(service, replicas)
-    return {"service": service, "from": previous, "to": replicas}
+    if replicas >= previous:
+        return {"service": service, "from": previous, "to": replicas}
+    readings: list[ReplicaObservation] = []
+
+    def landed() -> Landing:
+        readings.append(run.target.observe(service))
+        return scale_down_landing(readings, fault.at, replicas)
+
+    landing = _until_landed(landed, SCALE_LANDING_TIMEOUT_S)
+    run.append_measurement("scaled", {"service": service, "at": fault.at, "from": previous, "to": replicas,
+                                      "landed": landing.to_json(), "observations": [o.to_json() for o in readings]})
+    if not landing.landed:
+        raise FaultNotLanded(f"{service} scaled from {previous} to {replicas}", landing.seen, SCALE_LANDING_TIMEOUT_S)
+    return {"service": service, "from": previous, "to": replicas, "seen": landing.seen}
 
 
 def backup_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.chaos.ledger import FaultLedger
-from drillbook.errors import ConfigError
+from drillbook.errors import ConfigError, FaultNotLanded
 from drillbook.oncall import require_confirmation
 from drillbook.oncall.triage import collect
 from drillbook.targets import Target
@@ -44,6 +44,14 @@ class Shedding:
         (read-only; empty where the target exposes no such metrics)."""
         return collect(self.target, window_s).tenants
 
+    def read_back(self, tenant: str, expected: dict[str, Any], what: str) -> None:
+        """A limit must be seen to land: read the tenant's limit back and compare each value set
+        (the mitigation stays open in the ledger when it did not take)."""
+        seen = self.limits().get(tenant) or {}
+        differ = {name: seen.get(name) for name, value in expected.items() if not same_amount(value, seen.get(name))}
+        if differ:
+            raise FaultNotLanded(f"tenant {tenant}'s limit {what} to {expected}", f"{differ} read back")
+
     def open_mitigations(self, tenant: str) -> list[Any]:
         return [m for m in self.ledger.open_faults() if m.kind == "tenant-limit" and m.detail.get("tenant") == tenant]
 
@@ -61,6 +69,7 @@ class Shedding:
                                         {"op": "limit", "tenant": tenant, "limit": current[tenant]}, tenant=tenant,
                                         limit=new, operator=operator, incident=incident)
         self.target.set_tenant_limit(tenant, new)
+        self.read_back(tenant, new, "lowered")
         return {"dry_run": False, "changed": True, "plan": plan, "previous": current[tenant], "mitigation": mitigation.id,
                 "at": time.time(), "undo": f"drillbook run shed-noisy-tenant -p tenant={tenant} -p undo=True "
                                            f"-p dry_run=False -p confirm={self.target.name}"}
@@ -76,9 +85,20 @@ class Shedding:
             return {"dry_run": True, "changed": False, "plan": plan}
         require_confirmation(self.target.name, dry_run, confirm)
         self.target.set_tenant_limit(tenant, original)
+        self.read_back(tenant, original, "restored")
         for mitigation in open_ones:
             self.ledger.resolve(mitigation, f"undone: {plan}")
         return {"dry_run": False, "changed": True, "plan": plan, "restored": original, "undid": open_ones[0].id}
+
+
+def same_amount(expected: Any, seen: Any) -> bool:
+    """A limit value read back: the same text, or the same number."""
+    if str(expected) == str(seen):
+        return True
+    try:
+        return float(expected) == float(seen)
+    except (TypeError, ValueError):
+        return False
 
 
 def _others_wait(figures: dict[str, dict[str, Any]], tenant: str) -> float | None:
