@@ -210,6 +210,33 @@ def test_backups_that_hold_nothing_fail_the_restore_drill(stack, request, tmp_pa
     assert "integrity of restored sessions" in failed_checks(restore)
 
 
+# Platforms that lie (the router and replica pool's --lie): the answer says the work was done and
+# it was not. No drill may PASS on them; each says why.
+NOT_LANDED = "fault did not take effect"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_kill_and_a_disaster_that_do_nothing_are_errors_not_passes(stack, request, tmp_path):
+    started = request.getfixturevalue(stack)("--lie=noop-kill", "--lie=noop-destroy")
+    ha = execute("ha-replica-loss", str(started.profile), {**HA, "duration_s": "12", "kill_after_s": "2",
+                                                           "max_recovery_s": "5"}, results=tmp_path / "results")
+    assert ha.verdict == "ERROR" and ha.summary["reason"].startswith(NOT_LANDED), ha.explain()
+    restore = execute("restore-drill", str(started.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
+    assert restore.verdict == "ERROR" and restore.summary["reason"].startswith(NOT_LANDED), restore.explain()
+
+
+def test_a_slow_restart_and_a_restore_that_restores_nothing_fail_on_langchain(langchain_stack, tmp_path):
+    started = langchain_stack("--lie=slow-restart", "--lie=noop-restore")
+    ha = execute("ha-replica-loss", str(started.profile), {**HA, "duration_s": "14", "kill_after_s": "2",
+                                                           "max_recovery_s": "5"}, results=tmp_path / "results")
+    assert ha.verdict == "FAIL", ha.explain()
+    recovery = next(c for c in ha.summary["checks"] if c["name"] == "service recovery time")
+    assert not recovery["passed"] and recovery["value"] >= 7.0, ha.explain()
+    restore = execute("restore-drill", str(started.profile), {"restore_timeout_s": "5"}, results=tmp_path / "results")
+    assert restore.verdict == "FAIL", restore.explain()
+    assert "the store did not serve again" in restore.explain() or "were missing" in restore.explain()
+
+
 # -- an OpenAI-compatible chat API: the LiteLLM proxy with mock responses --------------------------
 
 LITELLM = "litellm[proxy]==1.108.7"  # in its own virtual environment: its pins are not drillbook's
