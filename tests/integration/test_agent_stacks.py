@@ -152,7 +152,7 @@ def test_target_check_tests_the_langserve_contract_end_to_end(langchain_stack):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     out = checked.stdout
     assert "the check turn found by content" in out and "chain not offered" in out
-    assert "reply 'Noted.'" in out and '{"desired": 2, "ready": 2, "replicas": 2}' in out
+    assert "reply 'Noted.'" in out and '{"desired": 2, "ready": 2, "replicas": 2, "ids": [' in out
     assert "not offered by this profile: no aggressor scale command" in out
     asked = drillbook("target", "check", str(stack.profile), "-r", "ha-replica-loss", "-r", "noisy-neighbour")
     assert asked.returncode == 1 and "cannot run" in asked.stdout and "no aggressor scale command" in asked.stdout
