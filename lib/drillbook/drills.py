@@ -11,6 +11,7 @@ from typing import Any
 
 from drillbook.measure import (PERCENTILE, READY_FROM_EVENTS, SUSTAIN_READINGS, ColdStartTrial, cold_start_phases, cold_start_summary, ha_figures,
                                load_needed_after_fault, recovered_at, replicas_ready_at)
+from drillbook.errors import LANDING_MARK
 from drillbook.observation import ReplicaObservation
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
@@ -83,6 +84,7 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
 
     measured: list[ColdStartTrial] = []
     receipts: list[Receipt] = []
+    could_not_ask: list[str] = []  # trials whose experiment raised before it could measure
     for index in range(trials):
         # The experiment only has to work; the runbook judges P95 over all trials.
         # The experiment's hypothesis holds each first token to the SLO; its verdict is kept per
@@ -91,6 +93,12 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
         run.record(f"trial_{index + 1}_experiment_verdict", result.verdict)
         if result.verdict not in ("PASS", "FAIL"):
             run.record(f"trial_{index + 1}_error", "; ".join(result.reasons) or result.verdict)
+            raised = next((reason for reason in result.reasons if " failed: " in reason), None)
+            if raised is not None:
+                could_not_ask.append(raised)
+            unlanded = next((reason for reason in result.reasons if reason.startswith(LANDING_MARK)), None)
+            if unlanded is not None:  # the scale to zero was not seen: nothing of this drill can be judged
+                run.cannot_judge(unlanded)
             continue
         first = next(iter(result.measurements.get("cold_start") or []), None)
         if first is None:  # the request from zero was never answered: the trial did not complete
@@ -101,10 +109,10 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
             receipts.append(Receipt(**first["receipt"]))
     summary = cold_start_summary(measured)
     run.record("trials_completed", len(measured))
-    errored = [run.metrics.get(f"trial_{i + 1}_experiment_verdict") for i in range(trials)]
-    if trials and all(verdict in ("ERROR", "ABORTED") for verdict in errored):
-        # Nothing ran: a setup problem (no kubeconfig, a command not found) is not a measured miss.
-        run.cannot_judge(f"no cold-start trial could run: {run.metrics.get('trial_1_error', 'see the journal')}")
+    if trials and len(could_not_ask) == trials:
+        # Nothing could even ask the target (no kubeconfig, a command not found): a setup
+        # problem, not a measured miss. A trial that asked and missed its tolerance stays a miss.
+        run.cannot_judge(f"no cold-start trial could run: {could_not_ask[0]}")
     # Completion is not delivery: the first turn after scale-from-zero must be stored too.
     delivery = run.audit_delivery(receipts)
     run.record("first_turns_acknowledged", len(receipts))

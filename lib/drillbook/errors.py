@@ -115,10 +115,13 @@ class EvidenceError(DrillbookError):
     """A bundle could not be written as evidence must be (overwrite, bad path, sealed)."""
 
 
+LANDING_MARK = "fault did not take effect"  # how every FaultNotLanded begins (found again in journals)
+
+
 class FaultNotLanded(DrillbookError):
     """A fault whose effect was not observed, independently of the call that made it, within its
     bound: nothing after it can be judged, so the run is ERROR, never PASS or FAIL."""
 
     def __init__(self, what: str, seen: str, bound_s: float = 0.0) -> None:
         within = f" within {bound_s:g}s" if bound_s else ""
-        super().__init__(f"fault did not take effect: {what}; observed {seen}{within}")
+        super().__init__(f"{LANDING_MARK}: {what}; observed {seen}{within}")

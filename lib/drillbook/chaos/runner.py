@@ -33,7 +33,7 @@ from drillbook.chaos import control as drill_control
 from drillbook.chaos.actions import undo_open_faults
 from drillbook.chaos.context import RunContext
 from drillbook.config import validation_line
-from drillbook.errors import ConfigError
+from drillbook.errors import LANDING_MARK, ConfigError
 from drillbook.scenarios import experiment_parameters
 from drillbook.shutdown import SHUTDOWN, Interrupted
 
@@ -97,7 +97,6 @@ def _missed(state: dict[str, Any]) -> list[str]:
     return [probe["activity"]["name"] for probe in state.get("probes", []) if not probe.get("tolerance_met")]
 
 
-LANDING_MARK = "fault did not take effect"  # drillbook.errors.FaultNotLanded
 
 
 def _exception_text(run: dict[str, Any]) -> str:
