@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from drillbook.measure import (PERCENTILE, READY_FROM_EVENTS, SUSTAIN_READINGS, ColdStartTrial, cold_start_phases, cold_start_summary, ha_figures,
-                               load_needed_after_fault, recovered_at, replicas_ready_at)
-from drillbook.errors import LANDING_MARK
+from drillbook.measure import (PERCENTILE, READY_FROM_EVENTS, SUSTAIN_READINGS, ColdStartTrial, cold_start_phases,
+                               cold_start_summary, ha_figures, load_needed_after_fault, recovered_at, replicas_ready_at)
 from drillbook.observation import ReplicaObservation
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
@@ -96,9 +95,6 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
             raised = next((reason for reason in result.reasons if " failed: " in reason), None)
             if raised is not None:
                 could_not_ask.append(raised)
-            unlanded = next((reason for reason in result.reasons if reason.startswith(LANDING_MARK)), None)
-            if unlanded is not None:  # the scale to zero was not seen: nothing of this drill can be judged
-                run.cannot_judge(unlanded)
             continue
         first = next(iter(result.measurements.get("cold_start") or []), None)
         if first is None:  # the request from zero was never answered: the trial did not complete
@@ -188,10 +184,6 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     run.record("rpo_s", measured.get("rpo_s"), "s")
     run.record("integrity", measured.get("integrity"))
     run.record("backup_created", measured.get("backup_created", False))
-    disaster = result.measurements.get("disaster") or {}
-    if disaster and not (disaster.get("landed") or {}).get("landed"):
-        run.cannot_judge(f"fault did not take effect: the store destroy was called; observed "
-                         f"{(disaster.get('landed') or {}).get('seen', 'nothing')}")
     backup = result.measurements.get("backup") or {}
     why = restore_reason(result.verdict, result.reasons, backup, measured)
     run.record("store_served_after_restore", measured.get("served"))
@@ -251,10 +243,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     fault_at = fault.get("at")
     killed = fault.get("replicas", [])
     landing = fault.get("landed") or {}
-    landed_at = landing.get("at") if landing.get("landed") else None
-    if fault_at and landed_at is None:
-        run.cannot_judge(f"fault did not take effect: {kill_signal} sent to {kill_count} agent replica(s); "
-                         f"observed {landing.get('seen', 'nothing')}")
+    landed_at = landing.get("at") if landing.get("landed") else None  # not landed: Run.chaos made the run ERROR
     events = run.target_events(since=fault_at or 0.0)
     _keep(run, "target-events.jsonl", events)
     # The target's own events when they follow the killed replicas (the sandbox restarts them
@@ -271,7 +260,6 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     figures = ha_figures(turns, fault_at, ready_at, tolerance=tolerance, hold_s=hold_s)
     baseline_p95, error_rate = figures.baseline_p95_ms, figures.error_rate_fault
     window_end = (ready_at or fault_at or 0.0) + hold_s
-    finished = turns["t"] + turns["ms"] / 1000.0
     delivery = run.audit_delivery(load_result.receipts)
     run.record("experiment_verdict", result.verdict)
     # What the experiment's own clients saw fail through the kill, by the platform's reason.
@@ -286,7 +274,7 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     run.record("acknowledged_turns", delivery.acknowledged)
     run.record("lost_turns", delivery.lost)
     run.record("duplicated_turns", delivery.duplicated)
-    after_kill = (float(finished.max()) - fault_at) if fault_at and len(turns) else None
+    after_kill = figures.load_end - fault_at if fault_at and figures.load_end is not None else None
     run.record("load_after_kill_s", after_kill, "s")
     run.record("percentile_definition", PERCENTILE)
     run.check("acknowledged turns lost", delivery.lost, "<=", 0)

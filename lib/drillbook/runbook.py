@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
 
@@ -193,6 +194,9 @@ class Run:
             raise
         self._add_experiment_events(experiment, result.timeline)
         self.event("experiment_finished", experiment=experiment, verdict=result.verdict)
+        for reason in result.reasons:  # a fault not seen to land: nothing of this drill can be judged
+            if reason.startswith(LANDING_MARK):
+                self.cannot_judge(reason)
         if result.verdict in ("ERROR", "ABORTED"):  # the run cannot judge what did not happen
             self.experiment_problems.append(
                 f"experiment {experiment} {result.verdict}: {'; '.join(result.reasons) or 'see its journal'}")

@@ -4,15 +4,15 @@ applying it, so that rollbacks and `drillbook rollback` can always put the targe
 
 A fault must be seen to land: after the call that makes it, each action reads the target again
 (readiness and replica identities after a kill; readiness after a scale down; store health and
-read-back after a disaster)
-until the effect is observed or LANDING_TIMEOUT_S passes. The readings are kept as measurements;
-a fault not seen to land raises FaultNotLanded, and the run is ERROR.
+read-back after a disaster) until the effect is observed or LANDING_TIMEOUT_S passes. The
+readings are kept as measurements; a fault not seen to land raises FaultNotLanded, and the run
+is ERROR.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
@@ -22,6 +22,7 @@ from drillbook.observation import ReplicaObservation, StoreObservation
 
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
+R = TypeVar("R", ReplicaObservation, StoreObservation)
 SCALE_LANDING_TIMEOUT_S = 30.0  # replicas stopping gracefully (a pod's termination grace) take longer than a kill
 
 __all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
@@ -39,13 +40,8 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
                               service=service, count=count, signal=signal)
     killed = run.target.kill(service, count, signal)
     done_at = time.time()
-    readings: list[ReplicaObservation] = []
-
-    def landed() -> Landing:
-        readings.append(run.target.observe(service))
-        return kill_landing(before, readings, fault.at)
-
-    landing = _until_landed(landed)
+    landing, readings = _until_landed(lambda: run.target.observe(service),
+                                      lambda seen: kill_landing(before, seen, fault.at))
     run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "done_at": done_at,
                                               "service": service, "replicas": killed, "landed": landing.to_json(),
                                               "before": before.to_json(),
@@ -56,13 +52,17 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
     return killed
 
 
-def _until_landed(check: Callable[[], Landing], bound_s: float = LANDING_TIMEOUT_S) -> Landing:
-    """Read until the fault is seen, or bound_s passes (the last verdict then)."""
+def _until_landed(read: Callable[[], R], judge: Callable[[list[R]], Landing],
+                  bound_s: float = LANDING_TIMEOUT_S) -> tuple[Landing, list[R]]:
+    """Take readings until `judge` sees the fault in them, or bound_s passes (its last verdict
+    then); returns the verdict and every reading taken."""
     deadline = time.monotonic() + bound_s
+    readings: list[R] = []
     while True:
-        landing = check()
+        readings.append(read())
+        landing = judge(readings)
         if landing.landed or time.monotonic() >= deadline:
-            return landing
+            return landing, readings
         time.sleep(LANDING_INTERVAL_S)
 
 
@@ -103,13 +103,9 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
     run.target.scale(service, replicas)
     if replicas >= previous:
         return {"service": service, "from": previous, "to": replicas}
-    readings: list[ReplicaObservation] = []
-
-    def landed() -> Landing:
-        readings.append(run.target.observe(service))
-        return scale_down_landing(readings, fault.at, replicas)
-
-    landing = _until_landed(landed, SCALE_LANDING_TIMEOUT_S)
+    landing, readings = _until_landed(lambda: run.target.observe(service),
+                                      lambda seen: scale_down_landing(seen, fault.at, replicas),
+                                      SCALE_LANDING_TIMEOUT_S)
     run.append_measurement("scaled", {"service": service, "at": fault.at, "from": previous, "to": replicas,
                                       "landed": landing.to_json(), "observations": [o.to_json() for o in readings]})
     if not landing.landed:
@@ -131,13 +127,7 @@ def destroy_store(configuration: dict[str, Any] | None = None) -> dict[str, Any]
     run = RunContext.of(configuration or {})
     fault = run.ledger.record(run.run_id, run.target.name, "store-destroyed", {"op": "restore_store"})
     run.target.destroy_store()
-    readings: list[StoreObservation] = []
-
-    def landed() -> Landing:
-        readings.append(observe_store(run))
-        return store_loss_landing(readings, fault.at)
-
-    landing = _until_landed(landed)
+    landing, readings = _until_landed(lambda: observe_store(run), lambda seen: store_loss_landing(seen, fault.at))
     run.record_measurement("disaster", {"at": fault.at, "landed": landing.to_json(),
                                         "observations": [o.to_json() for o in readings]})
     if not landing.landed:

@@ -44,7 +44,8 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _measurements(folder: Path, experiment: str) -> list[dict[str, Any]]:
-    return [json.loads(path.read_text()) for path in sorted((folder / "chaos").glob(f"*-{experiment}/measurements.json"))]
+    found = sorted((folder / "chaos").glob(f"*-{experiment}/measurements.json"))
+    return [json.loads(path.read_text()) for path in found]
 
 
 def _ha(folder: Path, metrics: dict[str, Any]) -> list[Recomputed]:
