@@ -37,14 +37,17 @@ class ExecutedRun:
     bundle: Path
     summary: dict[str, Any]
 
-    def explain(self) -> str:
-        """Why the run ended as it did, in one line: verdict and reason, each failed check with
-        its value, and where the evidence is (what a failing test or a pager message shows)."""
+    def why(self) -> str:
+        """The run's reason and each failed check with its value, in one line."""
         failed = [f"{check['name']} {check.get('value')} {check.get('comparison')} {check.get('threshold')}"
                   + (f" ({check['note']})" if check.get("note") else "")
                   for check in self.summary.get("checks", []) if not check.get("passed")]
-        return (f"{self.runbook} {self.verdict}: {self.summary.get('reason') or 'no reason recorded'}; "
-                f"failed checks: {'; '.join(failed) or 'none'}; evidence in {self.bundle}")
+        return f"{self.summary.get('reason') or 'no reason recorded'}; failed checks: {'; '.join(failed) or 'none'}"
+
+    def explain(self) -> str:
+        """Why the run ended as it did, in one line: verdict, why, and where the evidence is (what
+        a failing test or a pager message shows)."""
+        return f"{self.runbook} {self.verdict}: {self.why()}; evidence in {self.bundle}"
 
 
 def render_html(notebook_path: Path) -> str:

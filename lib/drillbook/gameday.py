@@ -23,6 +23,7 @@ from drillbook.errors import ConfigError, GameDayLocked
 from drillbook.profile import load_profile
 
 if TYPE_CHECKING:
+    from drillbook.execute import ExecutedRun
     from drillbook.shutdown import Interrupted
 
 
@@ -122,7 +123,7 @@ class TargetLock:
 
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
-                on_done: Callable[[str, str, Path], None] | None = None, target: str | None = None) -> GameDayResult:
+                on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
     from drillbook.execute import execute
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import owned_platform
@@ -156,7 +157,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
                     break
                 runs.append((executed.runbook, executed.verdict, executed.bundle))
                 if on_done:
-                    on_done(executed.runbook, executed.verdict, executed.bundle)
+                    on_done(executed)
         except Interrupted as stop:  # between runbooks, or while the sandbox started
             stopped = stop
         finally:

@@ -13,6 +13,7 @@ from drillbook.config import state_dir
 
 if TYPE_CHECKING:
     from drillbook.evidence.objectstore import EvidenceStore
+    from drillbook.execute import ExecutedRun
 
 
 @app.command("gameday")
@@ -52,8 +53,7 @@ def gameday_command(
         result = run_gameday(
             path, state_dir(state), results, target=target,
             on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
-            on_done=lambda name, verdict, bundle: err_console.print(
-                f"    {name}: [{'green' if verdict == 'PASS' else 'red'}]{verdict}[/]"))
+            on_done=_print_done)
     except Interrupted as stop:
         if stop.bundle is not None:
             stop.outcome.extend(_afterwards(stop.bundle, junit, metrics_file, pushgateway, store))
@@ -73,6 +73,15 @@ def gameday_command(
                   soft_wrap=True)
     if not result.passed:
         raise typer.Exit(1)
+
+
+def _print_done(run: ExecutedRun) -> None:
+    """One runbook's verdict as it ends; under anything but PASS, why (reason and failed checks),
+    so that a log tail or a CI job shows the cause without opening the bundle."""
+    colour = "green" if run.verdict == "PASS" else "red"
+    err_console.print(f"    {run.runbook}: [{colour}]{run.verdict}[/]")
+    if run.verdict != "PASS":
+        err_console.print(f"      why: {run.why()}", soft_wrap=True, markup=False)
 
 
 def _afterwards(summary_bundle: Path, junit: Path | None, metrics_file: Path | None, pushgateway: str | None,
