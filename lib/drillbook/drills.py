@@ -136,6 +136,8 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
         axis.invert_yaxis()
         if run.target_events(since=measured[0].sent):
             run.record("phase_means_s", {k: round(float(v), 4) for k, v in phases.mean().items()})
+            run.record("trial_phases_s", [{k: round(float(v), 4) for k, v in row.items()}
+                                          for _, row in phases.iterrows()])  # which phase a slow trial spent
         else:  # the target keeps no replica events: one phase, request to first token
             run.record("phases_available", False)
     else:  # the evidence still shows the chart's place, and why it is empty

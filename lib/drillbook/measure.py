@@ -114,13 +114,18 @@ def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObser
 
 def scale_down_landing(after: Sequence[ReplicaObservation], issued_at: float, replicas: int) -> Landing:
     """A scale down is seen in the first reading that started at or after it was issued and shows
-    no more than `replicas` ready (0 for a scale to zero)."""
+    no more than `replicas` ready (0 for a scale to zero) and none still stopping: a replica
+    that is shutting down still holds its node's CPU and GPU, so a start measured beside it would
+    measure a wait for those, not a start from zero."""
     for seen in _in_order(after):
-        if seen.started >= issued_at and not seen.error and seen.ready <= replicas:
+        if seen.started >= issued_at and not seen.error and seen.ready <= replicas and not seen.stopping:
             return Landing(True, seen.ended, f"{seen.ready} ready (desired {seen.desired})")
     readings = [o for o in after if o.started >= issued_at and not o.error]
-    return Landing(False, None, "no reading after the scale" if not readings else
-                   f"{len(readings)} readings after the scale, the last with {readings[-1].ready} ready")
+    if not readings:
+        return Landing(False, None, "no reading after the scale")
+    last = readings[-1]
+    return Landing(False, None, f"{len(readings)} readings after the scale, the last with {last.ready} ready"
+                   + (f" and {last.stopping} still stopping" if last.stopping else ""))
 
 
 def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:

@@ -20,7 +20,9 @@ from typing import Any, Callable, Iterable
 class ReplicaObservation:
     """One reading of a role's replicas: how many it wants, how many are ready, and which
     (identities of the ready replicas — pid, pod uid — where the target can tell; empty where it
-    cannot). `error` says why a reading got no answer (then it counts as not ready)."""
+    cannot). `stopping`: replicas told to stop that still exist (pods with a deletion timestamp,
+    which keep their node's CPU and GPU until gone; 0 where the target cannot tell). `error`
+    says why a reading got no answer (then it counts as not ready)."""
 
     started: float
     ended: float
@@ -28,6 +30,7 @@ class ReplicaObservation:
     ready: int = 0
     ids: tuple[str, ...] = ()
     error: str = ""
+    stopping: int = 0
 
     @property
     def full(self) -> bool:
@@ -42,15 +45,18 @@ class ReplicaObservation:
         return cls(**{**data, "ids": tuple(data.get("ids") or ())})
 
 
-def observe_replicas(read: Callable[[], tuple[int, int, Iterable[str]]]) -> ReplicaObservation:
-    """Take one reading with `read` (returning desired, ready and ready identities), stamped
-    with when it started and ended; a failed reading is kept with its error."""
+def observe_replicas(read: Callable[[], tuple[int, int, Iterable[str]] | tuple[int, int, Iterable[str], int]]
+                     ) -> ReplicaObservation:
+    """Take one reading with `read` (returning desired, ready, ready identities and, where the
+    target can tell, how many are still stopping), stamped with when it started and ended; a
+    failed reading is kept with its error."""
     started = time.time()
     try:
-        desired, ready, ids = read()
+        desired, ready, ids, *stopping = read()
     except Exception as error:  # noqa: BLE001 - an unanswered reading is an observation too
         return ReplicaObservation(started, time.time(), error=f"{type(error).__name__}: {error}"[:200])
-    return ReplicaObservation(started, time.time(), int(desired), int(ready), tuple(sorted(str(i) for i in ids)))
+    return ReplicaObservation(started, time.time(), int(desired), int(ready), tuple(sorted(str(i) for i in ids)),
+                              stopping=int(stopping[0]) if stopping else 0)
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,15 @@ def test_a_scale_to_zero_is_seen_only_in_a_reading_begun_after_it():
     assert not scale_down_landing([R(99.9, 100.3, desired=0, ready=0)], KILL, 0).landed
     still = scale_down_landing([R(100.1 + i, 100.2 + i, desired=0, ready=1) for i in range(3)], KILL, 0)
     assert not still.landed and still.seen == "3 readings after the scale, the last with 1 ready"
+
+
+def test_a_scale_to_zero_lands_only_once_no_replica_is_still_stopping():
+    # A stopping pod is not ready, yet it still holds its node's CPU and GPU: a start measured
+    # beside it would time a wait for those. Zero is seen when nothing is left.
+    stopping = [R(100.1, 100.2, desired=0, ready=0, stopping=2), R(100.4, 100.5, desired=0, ready=0, stopping=1)]
+    not_yet = scale_down_landing(stopping, KILL, 0)
+    assert not not_yet.landed and not_yet.seen == "2 readings after the scale, the last with 0 ready and 1 still stopping"
+    gone = R(100.8, 100.9, desired=0, ready=0)
+    assert scale_down_landing([*stopping, gone], KILL, 0).at == 100.9
+    # a reading kept before this field existed reads as nothing stopping
+    assert R.from_json({"started": 1.0, "ended": 2.0, "desired": 0, "ready": 0, "ids": []}).stopping == 0

@@ -249,12 +249,15 @@ class KubernetesTarget(ProfileTarget):
     def desired(self, role: str) -> int:
         return int(self._deployment(role).spec.replicas or 0)
 
-    def _live_pods(self, role: str) -> list[Any]:
+    def _pods(self, role: str) -> list[Any]:
+        """Every pod of the role's selector, stopping ones too."""
         from kubernetes import client
 
-        pods = client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
+        return client.CoreV1Api(self._client()).list_namespaced_pod(self.namespace_of(role),
                                                                    label_selector=self.selector(role)).items
-        return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+
+    def _live_pods(self, role: str) -> list[Any]:
+        return [pod for pod in self._pods(role) if pod.metadata.deletion_timestamp is None]
 
     def ready(self, role: str) -> int:
         """Pods with the Ready condition True, from the pods themselves: the Deployment's status
@@ -262,11 +265,14 @@ class KubernetesTarget(ProfileTarget):
         return sum(1 for pod in self._live_pods(role) if _pod_ready(pod))
 
     def observe(self, role: str) -> ReplicaObservation:
-        """The Deployment's desired count and its live pods, read once; a ready pod is known by its uid."""
-        def read() -> tuple[int, int, list[str]]:
+        """The Deployment's desired count and its pods, read once: a ready pod is known by its uid;
+        a pod with a deletion timestamp is stopping (never ready, however its condition reads)."""
+        def read() -> tuple[int, int, list[str], int]:
             wanted = self.desired(role)
-            ready = [pod.metadata.uid for pod in self._live_pods(role) if _pod_ready(pod)]
-            return wanted, len(ready), ready
+            pods = self._pods(role)
+            ready = [pod.metadata.uid for pod in pods if pod.metadata.deletion_timestamp is None and _pod_ready(pod)]
+            stopping = sum(1 for pod in pods if pod.metadata.deletion_timestamp is not None)
+            return wanted, len(ready), ready, stopping
 
         return observe_replicas(read)
 
