@@ -110,6 +110,20 @@ def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgre
     assert len(list((tmp_path / f"{platform.namespace}-backups").glob("*.dump"))) == 1
 
 
+@pytest.mark.parametrize("lie, verdict, reason", [
+    ("noop-destroy", "ERROR", "fault did not take effect"),
+    ("noop-restore", "FAIL", "the store did not serve again within restore_timeout_s")])
+def test_a_store_procedure_that_lies_is_not_a_pass_on_kubernetes(k8s_cluster, k8s_platform, pg_dsn, tmp_path,
+                                                                lie, verdict, reason):
+    # The profile's store commands answer success and do nothing: a disaster that destroys
+    # nothing, or a restore that restores nothing. Neither may pass the restore drill.
+    platform = k8s_platform(store="postgres", dsn=pg_dsn, store_lie=lie)
+    executed = execute("restore-drill", str(platform.profile), {"restore_timeout_s": "3"},
+                       results=tmp_path / "results")
+    assert executed.verdict == verdict and reason in executed.summary["reason"], executed.explain()
+    assert values(executed.bundle)["backup_created"] is True
+
+
 def test_the_kubernetes_game_day_plan_on_the_test_cluster(k8s_cluster, k8s_platform, pg_dsn, tmp_path):
     from drillbook.evidence import verify_path
     from drillbook.gameday import run_gameday

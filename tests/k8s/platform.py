@@ -65,10 +65,12 @@ class Platform:
 STORE_OPS = Path(__file__).resolve().parent / "store_ops.py"
 
 
-def store_commands(dsn: str, backups: Path | str, python: str = sys.executable, script: Path | str = STORE_OPS) -> dict[str, str]:
+def store_commands(dsn: str, backups: Path | str, python: str = sys.executable, script: Path | str = STORE_OPS,
+                   lie: str | None = None) -> dict[str, str]:
     """The profile's workload.store: the platform team's script around pg_dump and pg_restore
-    (python and script: where they are for whatever runs the profile, a pod say)."""
-    base = f"{python} {script} --dsn {dsn} --dir {backups}"
+    (python and script: where they are for whatever runs the profile, a pod say; lie: a store
+    procedure that lies, store_ops.py --lie)."""
+    base = f"{python} {script} --dsn {dsn} --dir {backups}" + (f" --lie {lie}" if lie else "")
     return {"backup": f"{base} backup", "restore": f"{base} restore {{backup}}", "destroy": f"{base} destroy",
             "recreate": f"{base} recreate", "healthy": f"{base} healthy"}
 
@@ -83,9 +85,11 @@ def wait_until(condition: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides: Any) -> Platform:
+def start_platform(plane: Any, api: client.ApiClient, folder: Path, store_lie: str | None = None,
+                   **overrides: Any) -> Platform:
     """Namespace, runtime, Services and Deployments, all ready, and a profile for them; the caller
-    puts `key_env` into the environment of whatever runs the profile."""
+    puts `key_env` into the environment of whatever runs the profile. store_lie: the profile's
+    store commands lie that way (store_ops.py --lie)."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = f"platform-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
@@ -129,7 +133,8 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, **overrides:
                      "inference": {"deployment": "model-server", "selector": "app=model-server"},
                      "aggressor": {"deployment": "aggressor", "selector": "app=aggressor",
                                    "namespace": tenant_namespace},
-                     **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups")}
+                     **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups",
+                                                  lie=store_lie)}
                         if runtime.config.store == "postgres" else {})},
         "tenants": keys, "delivery": {"verifier": "reference"}}))
     return Platform(namespace, profile, runtime.gateway_url, runtime, key_env)

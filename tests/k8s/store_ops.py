@@ -2,7 +2,12 @@
 destroy, recreate and health of the PostgreSQL state store, for a kubernetes target profile's
 ``workload.store`` commands (pg_dump and pg_restore underneath).
 
-    store_ops.py --dsn DSN --dir BACKUPS backup | restore NAME|latest | destroy | recreate | healthy
+    store_ops.py --dsn DSN --dir BACKUPS [--lie noop-destroy|noop-restore]
+                 backup | restore NAME|latest | destroy | recreate | healthy
+
+--lie makes it a procedure that lies, for tests that expect not-PASS: `noop-destroy` answers
+success and destroys nothing; `noop-restore` names the backup it chose, answers success and
+restores nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ def main() -> int:
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("op", choices=["backup", "restore", "destroy", "recreate", "healthy"])
     parser.add_argument("name", nargs="?", default="latest")
+    parser.add_argument("--lie", choices=["noop-destroy", "noop-restore"])
     args = parser.parse_args()
     store = PostgresStore(args.dsn)
     try:
@@ -32,10 +38,12 @@ def main() -> int:
             if not chosen.exists():
                 print(f"no backup {args.name!r} in {args.dir}", file=sys.stderr)
                 return 1
-            store.restore(chosen)
+            if args.lie != "noop-restore":
+                store.restore(chosen)
             print(chosen.stem)
         elif args.op == "destroy":
-            store.destroy()
+            if args.lie != "noop-destroy":
+                store.destroy()
         elif args.op == "recreate":
             store.init_schema()
         else:
