@@ -67,6 +67,26 @@ def test_ha_runbook_on_kubernetes_passes_and_the_replicaset_replaces_the_pod(k8s
     assert k8s_cluster.kubelet.errors == []
 
 
+@pytest.mark.parametrize("lie, verdict", [(None, "PASS"), ("noop-kill", "ERROR")])
+def test_a_graceful_kill_lands_when_the_node_stops_the_pod_not_when_the_api_was_asked(k8s_cluster, k8s_platform,
+                                                                                      tmp_path, lie, verdict):
+    # With SIGTERM the pod is deleted gracefully: the API only records the request, and the
+    # node stops the container. A kubelet that lies (keeps the process serving and the pod Ready)
+    # must leave the kill unseen: ERROR, never a PASS on a replacement that merely joined.
+    platform = k8s_platform()
+    k8s_cluster.kubelet.lie = lie
+    try:
+        executed = execute("ha-replica-loss", str(platform.profile), {**HA, "kill_signal": "SIGTERM"},
+                           results=tmp_path / "results")
+    finally:
+        k8s_cluster.kubelet.lie = None
+    assert executed.verdict == verdict, executed.explain()
+    if lie:
+        assert executed.summary["reason"].startswith("fault did not take effect: SIGTERM"), executed.explain()
+        assert "1 agent replica" in executed.summary["reason"]
+    assert k8s_cluster.kubelet.errors == []
+
+
 def test_ha_runbook_on_kubernetes_fails_when_the_gateway_does_not_retry(k8s_cluster, k8s_platform, tmp_path):
     platform = k8s_platform(defects=["no-retries"])
     # No think time: turns are in flight to the killed pod whenever the kill lands (with a pause

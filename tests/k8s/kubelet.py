@@ -8,7 +8,9 @@ other images become Running and Ready without a process, so other workloads stil
 Each pod gets its own loopback address (127.0.0.2, 127.0.0.3, ...) as its pod IP and listens
 on its first containerPort there, so Endpoints built by the controller-manager are real
 addresses; a containerPort with a hostPort binds 127.0.0.1:hostPort instead (the node's
-address). Each pod also carries the kubelet's precise timestamps as annotations
+address). `lie = "noop-kill"` makes it a kubelet that lies: a deleted pod's process keeps
+serving, a gracefully deleted pod stays in the API as it was (still Ready), a force-deleted one
+is gone from the API while its process lives on; setting `lie` back to None stops them all. Each pod also carries the kubelet's precise timestamps as annotations
 (``drillbook.dev/scheduled-at``: first seen bound to the node, ``started-at``, ``ready-at``): the API's own condition times have
 one-second resolution.
 """
@@ -66,6 +68,8 @@ class ProcessKubelet:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="process-kubelet", daemon=True)
         self.errors: list[str] = []
+        self.lie: str | None = None
+        self.orphans: list[PodProcess] = []  # force-deleted under the noop-kill lie, still running
 
     # -- node --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -96,7 +100,7 @@ class ProcessKubelet:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
-        for pod in list(self.pods.values()):
+        for pod in [*self.pods.values(), *self.orphans]:
             self._kill(pod, 2.0)
 
     # -- pods --------------------------------------------------------------------------------
@@ -115,7 +119,8 @@ class ProcessKubelet:
             uid = pod.metadata.uid
             seen.add(uid)
             if pod.metadata.deletion_timestamp is not None:
-                self._delete(pod)
+                if self.lie != "noop-kill":
+                    self._delete(pod)
                 continue
             tracked = self.pods.get(uid)
             if tracked is None:
@@ -123,7 +128,12 @@ class ProcessKubelet:
             self._supervise(pod, tracked)
             self._report(pod, tracked)
         for uid in set(self.pods) - seen:  # deleted outright (grace 0 by someone else)
-            self._kill(self.pods.pop(uid), 0.0)
+            if self.lie == "noop-kill":
+                self.orphans.append(self.pods.pop(uid))
+            else:
+                self._kill(self.pods.pop(uid), 0.0)
+        while self.orphans and self.lie != "noop-kill":
+            self._kill(self.orphans.pop(), 0.0)
 
     def _run(self, pod: Any) -> PodProcess:
         container = pod.spec.containers[0]

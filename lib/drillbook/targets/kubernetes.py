@@ -265,12 +265,16 @@ class KubernetesTarget(ProfileTarget):
         return sum(1 for pod in self._live_pods(role) if _pod_ready(pod))
 
     def observe(self, role: str) -> ReplicaObservation:
-        """The Deployment's desired count and its pods, read once: a ready pod is known by its uid;
-        a pod with a deletion timestamp is stopping (never ready, however its condition reads)."""
+        """The Deployment's desired count and its pods, read once: a ready pod is known by its uid.
+        A pod with a deletion timestamp is stopping; it counts as ready for as long as its node
+        still reports it Ready, because a deletion is only a request: a replica killed
+        gracefully is seen gone when its node says it stopped (its Ready condition falls, or the
+        pod leaves the API), not when the API was asked. (A force deletion, grace 0, leaves the
+        API at once, so for SIGKILL the API can only say the pod is gone.)"""
         def read() -> tuple[int, int, list[str], int]:
             wanted = self.desired(role)
             pods = self._pods(role)
-            ready = [pod.metadata.uid for pod in pods if pod.metadata.deletion_timestamp is None and _pod_ready(pod)]
+            ready = [pod.metadata.uid for pod in pods if _pod_ready(pod)]
             stopping = sum(1 for pod in pods if pod.metadata.deletion_timestamp is not None)
             return wanted, len(ready), ready, stopping
 
