@@ -114,6 +114,7 @@ def test_a_restore_that_restores_nothing_fails_through_commands(tinyagent, tmp_p
 
 def test_a_missing_kubeconfig_is_error_naming_it_not_a_measured_fail(tmp_path, monkeypatch):
     """A setup problem is never a FAIL: every trial errors before the fault, and the one line says why."""
+    import os
     import subprocess
     import sys
 
@@ -145,3 +146,21 @@ def test_a_missing_kubeconfig_is_error_naming_it_not_a_measured_fail(tmp_path, m
     assert executed.verdict == "ERROR", executed.explain()
     assert f"kubeconfig {tmp_path / 'no-such-kubeconfig'} does not exist" in executed.summary["reason"]
     assert len(executed.summary["reason"]) <= 200
+    # The list, the auditor's report and JUnit say the same: ERROR, naming the kubeconfig, no failure.
+    import xml.etree.ElementTree as ElementTree
+
+    def drillbook(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "drillbook", *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "250"})
+
+    listed = drillbook("list", str(tmp_path / "results"))
+    assert listed.returncode == 0 and "ERROR" in listed.stdout and "FAIL" not in listed.stdout, listed.stdout
+    junit = tmp_path / "junit.xml"
+    reported = drillbook("report", str(tmp_path / "results"), "-o", str(tmp_path / "report.html"), "--junit", str(junit))
+    assert reported.returncode == 0, reported.stderr
+    root = ElementTree.parse(junit).getroot()
+    assert root.get("failures") == "0" and int(root.get("errors")) >= 1, ElementTree.tostring(root)[:600]
+    errors = [e.get("message", "") + (e.text or "") for e in root.iter("error")]
+    assert any("no-such-kubeconfig" in text for text in errors), errors
+    page = (tmp_path / "report.html").read_text()
+    assert "ERROR" in page and "no-such-kubeconfig" in page

@@ -1,8 +1,9 @@
 """Verdicts as JUnit XML, for the CI systems and test dashboards that read nothing else.
 
 One test suite per run (bundle), named by its control and runbook; in it, one test case per SLO
-check, failed with the measured value and the threshold, and two test cases that make sure a
-run that judged nothing cannot look green:
+check, failed with the measured value and the threshold (an error instead, "not judged", when
+the run itself was not judged: a setup problem is never an SLO failure), and two test cases that
+make sure a run that judged nothing cannot look green:
 
 - ``run completed``: an error when the run was interrupted, errored, aborted, killed or never
   sealed, or recorded no SLO check;
@@ -62,7 +63,12 @@ def run_suite(row: BundleRow, failed: set[str]) -> Suite:
                   properties={"bundle": row.name, "verdict": row.verdict, "status": row.status,
                               "manifest_sha256": row.manifest_sha256 or ""})
     checks = row.summary.checks if row.summary is not None else []
-    suite.cases.extend(check_case(check, classname) for check in checks)
+    judged = row.status == "complete" and row.verdict in PASSING_VERDICTS
+    for check in checks:
+        case = check_case(check, classname)
+        if not judged and case.failure is not None:  # a check of a run that judged nothing is no SLO miss
+            case.error, case.failure = f"not judged, the run is {row.verdict}: {case.failure}", None
+        suite.cases.append(case)
     completed = Case("run completed", classname, detail=f"verdict {row.verdict}, sealed {row.status}")
     if row.status != "complete" or row.verdict not in PASSING_VERDICTS:
         completed.error = f"{row.verdict}: {row.reason or 'the run did not complete'}"
