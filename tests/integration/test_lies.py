@@ -40,7 +40,9 @@ def test_a_slow_restart_fails_on_its_measured_recovery_on_the_sandbox(sandbox_fa
                        sandbox_state=handle.state_dir)
     assert executed.verdict == "FAIL", executed.explain()
     failed = {c["name"]: c for c in executed.summary["checks"] if not c["passed"]}
-    assert failed["service recovery time"]["value"] >= 9.0, executed.explain()
+    # at least the 9 s restart, or all the load after the kill when the load ended first (a lower bound)
+    assert failed["service recovery time"]["value"] >= min(9.0, values(executed)["load_after_kill_s"]) - 1e-6, \
+        executed.explain()
 
 
 def test_a_disaster_that_does_nothing_is_error_on_the_sandbox(sandbox_factory, tmp_path):
@@ -91,7 +93,9 @@ def test_stale_status_cannot_make_a_slow_restart_look_fast_through_commands(tiny
     back = [e["t"] for e in truth if e["event"] == "ready" and e["t"] > killed]
     found = values(executed)
     recovery = next(c for c in executed.summary["checks"] if c["name"] == "service recovery time")
-    assert not recovery["passed"] and recovery["value"] >= 9.0
+    # at least the 9 s restart; or, when the load ended before the replica was back, all the load
+    # after the kill, as a lower bound (how much load followed the kill depends on the machine)
+    assert not recovery["passed"] and recovery["value"] >= min(9.0, found["load_after_kill_s"]) - 1e-6, found
     if back and found["replicas_recovered_s"] is not None:  # never early against the pool's own clock
         assert found["replicas_recovered_s"] >= back[0] - killed - 0.05
     figures = recompute_bundle(executed.bundle)  # the readings path, derived again from the kept readings
