@@ -23,7 +23,7 @@ from drillbook.observation import ReplicaObservation, StoreObservation
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
 R = TypeVar("R", ReplicaObservation, StoreObservation)
-SCALE_LANDING_TIMEOUT_S = 30.0  # replicas stopping gracefully (a pod's termination grace) take longer than a kill
+SCALE_LANDING_TIMEOUT_S = 120.0  # every replica gone: a pod's termination grace (30 s by default) and its node's slow confirm
 
 __all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
 
