@@ -70,7 +70,7 @@ def run_suite(row: BundleRow, failed: set[str]) -> Suite:
             case.error, case.failure = f"not judged, the run is {row.verdict}: {case.failure}", None
         suite.cases.append(case)
     completed = Case("run completed", classname, detail=f"verdict {row.verdict}, sealed {row.status}")
-    if row.status != "complete" or row.verdict not in PASSING_VERDICTS:
+    if not judged:
         completed.error = f"{row.verdict}: {row.reason or 'the run did not complete'}"
     elif not checks:
         completed.error = f"{row.verdict}: the run recorded no SLO check, so nothing was judged"
