@@ -39,11 +39,58 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped in CI (CI=true forbids skips): {reason}"
 
 
+# Test modules that must run on one worker, because they share what is expensive or exclusive to
+# start: one LiteLLM proxy and the cached Agno and LiteLLM virtual environments, one built wheel,
+# one cached JUnit schema; and the Kubernetes tests, whose control planes, kubelets and pods
+# are many processes each: the real node and the process kubelet's cluster side by side on two
+# cores starved the cluster's pods of CPU (steady states missed before the fault). Longest
+# first: each group starts as soon as the unit tests are done, so the longest does not end the
+# run alone. Every other test is a work unit of its own.
+SHARED_WORKER = {
+    "tests/integration/test_kubernetes_node.py": "kubernetes",
+    "tests/integration/test_kubernetes.py": "kubernetes",
+    "tests/integration/test_kubernetes_platform.py": "kubernetes",
+    "tests/integration/test_agent_stacks.py": "agent-stacks",
+    "tests/integration/test_install.py": "installed-wheel",
+    "tests/integration/test_junit.py": "junit-schema",
+}
+GROUP_ORDER = list(dict.fromkeys(SHARED_WORKER.values()))
+
+
+def worker_group(nodeid: str) -> str | None:
+    """The group whose tests share one worker, from a test's node id (its module's path)."""
+    return SHARED_WORKER.get(nodeid.split("::", 1)[0])
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Unit tests (no processes) run first, so a broken change fails in seconds, not after the
-    integration tests; the order within each group is kept."""
+    integration tests; then the groups that share a worker, longest first; then the rest. The
+    order within each is kept, and the workers take work in this order (pytest_xdist_make_scheduler)."""
     unit = Path(__file__).resolve().parent / "unit"
-    items.sort(key=lambda item: 0 if unit in Path(str(item.path)).parents else 1)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if unit in Path(str(item.path)).parents:
+            return (0, 0)
+        group = worker_group(item.nodeid)
+        return (1, GROUP_ORDER.index(group)) if group else (2, 0)
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With `--dist load` (pyproject.toml's addopts), a scheduler that sends each SHARED_WORKER
+    group to one worker whole and every other test on its own, in collection order. (xdist's own
+    `loadgroup` marks do not group on pytest 9: it renames node ids, which pytest 9 ignores.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid) or nodeid
+
+    return SharedWorkerScheduling(config, log)
 
 
 def _pg_bin() -> Path | None:

@@ -55,12 +55,14 @@ def s3(tmp_path) -> Iterator[S3]:
     config.write_text(json.dumps({"identities": [{"name": "drillbook", "credentials": [
         {"accessKey": ACCESS, "secretKey": SECRET}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
     ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc",
-                                             "s3.port.iceberg")}
+                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
+    # Every listener on a port of its own or off: the Iceberg and Lance listeners have fixed default
+    # ports (two servers side by side, one per test worker, collided on 9101); and no telemetry.
+    off = {"s3.port.iceberg": 0, "s3.port.lance": 0, "master.telemetry": "false"}
     data = tmp_path / "weed"
     data.mkdir()
     argv = [weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-volume.max=5", "-s3",
-            f"-s3.config={config}", *(f"-{name}={port}" for name, port in ports.items())]
+            f"-s3.config={config}", *(f"-{name}={value}" for name, value in {**ports, **off}.items())]
     with open(tmp_path / "weed.log", "wb") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     client = Minio(f"127.0.0.1:{ports['s3.port']}", access_key=ACCESS, secret_key=SECRET, secure=False,
