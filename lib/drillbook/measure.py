@@ -95,21 +95,39 @@ def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObser
     """A kill is seen to land in the first reading that started at or after the kill was issued
     and shows fewer replicas ready than desired, or lacks one of the ready identities read before
     the kill (a replica that came back at once under a new pid or pod uid). A reading that
-    started before the kill, or got no answer, is no evidence either way."""
+    started before the kill, or got no answer, is no evidence either way.
+
+    Where the replicas' own addresses answered just before the kill (`before.answering`), the
+    platform's word is not enough: a kill lands only once one of them is also seen to stop
+    answering (a reading whose `answering` lacks it), at the later of the two readings. A pod
+    force-deleted from the API whose process serves on was never killed."""
     known = set(before.ids) if before is not None and not before.error else set()
-    for seen in _in_order(after):
-        if seen.started < issued_at or seen.error:
-            continue
-        if seen.ready < seen.desired:
-            return Landing(True, seen.ended, f"{seen.ready} of {seen.desired} ready")
-        if known and seen.ids and not known <= set(seen.ids):
-            gone = sorted(known - set(seen.ids))
-            return Landing(True, seen.ended, f"replica {', '.join(gone)} no longer among the ready")
-    readings = [o for o in after if o.started >= issued_at and not o.error]
+    witnesses = set(before.answering or ()) if before is not None and not before.error else set()
+    listed: tuple[float, str] | None = None  # when, and what, the platform's own readings showed
+    silent: tuple[float, str] | None = None  # when a watched replica's address stopped answering
+    readings = [o for o in _in_order(after) if o.started >= issued_at and not o.error]
+    for seen in readings:
+        if listed is None:
+            if seen.ready < seen.desired:
+                listed = (seen.ended, f"{seen.ready} of {seen.desired} ready")
+            elif known and seen.ids and not known <= set(seen.ids):
+                listed = (seen.ended, f"replica {', '.join(sorted(known - set(seen.ids)))} no longer among the ready")
+        if witnesses and silent is None and seen.answering is not None and not witnesses <= set(seen.answering):
+            silent = (seen.ended, f"replica {', '.join(sorted(witnesses - set(seen.answering)))} stopped answering "
+                                  "at its address")
+        if listed is not None and (not witnesses or silent is not None):
+            if silent is None:
+                return Landing(True, listed[0], listed[1])
+            return Landing(True, max(listed[0], silent[0]), f"{listed[1]}; {silent[1]}")
     last = readings[-1] if readings else None
-    return Landing(False, None, "no reading after the kill" if last is None else
-                   f"{len(readings)} readings after the kill all showed {last.ready} of {last.desired} ready"
-                   + (" with the same replicas" if known else ""))
+    if last is None:
+        return Landing(False, None, "no reading after the kill")
+    if listed is not None:
+        return Landing(False, None, f"{listed[1]}, but the address of every replica watched across the kill "
+                                    f"({', '.join(sorted(witnesses))}) still answered in all {len(readings)} "
+                                    "readings after it: no process was seen to stop")
+    return Landing(False, None, f"{len(readings)} readings after the kill all showed {last.ready} of {last.desired} "
+                                "ready" + (" with the same replicas" if known else ""))
 
 
 def scale_down_landing(after: Sequence[ReplicaObservation], issued_at: float, replicas: int) -> Landing:

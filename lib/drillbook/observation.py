@@ -10,8 +10,9 @@ functions of drillbook.measure.
 from __future__ import annotations
 
 import json
+import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -22,7 +23,10 @@ class ReplicaObservation:
     (identities of the ready replicas — pid, pod uid — where the target can tell; empty where it
     cannot). `stopping`: replicas told to stop that still exist (pods with a deletion timestamp,
     which keep their node's CPU and GPU until gone; 0 where the target cannot tell). `error`
-    says why a reading got no answer (then it counts as not ready)."""
+    says why a reading got no answer (then it counts as not ready). `answering`: of the
+    replicas watched across a kill (those whose own address answered just before it), the ones
+    whose address still accepted a connection at this reading, probed from where drillbook
+    runs; None where nothing was probed."""
 
     started: float
     ended: float
@@ -31,6 +35,7 @@ class ReplicaObservation:
     ids: tuple[str, ...] = ()
     error: str = ""
     stopping: int = 0
+    answering: tuple[str, ...] | None = None
 
     @property
     def full(self) -> bool:
@@ -38,11 +43,36 @@ class ReplicaObservation:
         return not self.error and 0 < self.desired <= self.ready
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ids": list(self.ids)}
+        return {**asdict(self), "ids": list(self.ids),
+                "answering": None if self.answering is None else list(self.answering)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ReplicaObservation":
-        return cls(**{**data, "ids": tuple(data.get("ids") or ())})
+        answering = data.get("answering")
+        return cls(**{**data, "ids": tuple(data.get("ids") or ()),
+                      "answering": None if answering is None else tuple(answering)})
+
+    def probed(self, watched: dict[str, str], held: dict[str, str], timeout_s: float = 0.5) -> "ReplicaObservation":
+        """This reading with `answering` filled in for the watched replicas (identity -> host:port)
+        and `ended` moved to when the probes were done. A watched address that the platform now
+        gives to another replica (`held`: the addresses of the replicas it lists now, by
+        identity) does not answer for the watched one: the platform gave it out again, so the
+        old replica no longer holds it."""
+        reused = {address for identity, address in held.items() if identity not in watched}
+        answering = tuple(sorted(identity for identity, address in watched.items()
+                                 if address not in reused and accepts_connections(address, timeout_s)))
+        return replace(self, answering=answering, ended=time.time())
+
+
+def accepts_connections(address: str, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts a TCP connection at host:port now (a refusal, a timeout or an
+    unreachable network all say no)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def observe_replicas(read: Callable[[], tuple[int, int, Iterable[str]] | tuple[int, int, Iterable[str], int]]

@@ -4,6 +4,7 @@ target profile exactly as on a real cluster (tests/k8s/platform.py builds the pl
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,12 @@ def values(bundle: Path) -> dict:
     return recorded(bundle / "runbook.ipynb")["values"]
 
 
+def fault_injected(bundle: Path) -> dict:
+    """What the kill action measured: the landing, the readings, the replicas watched."""
+    found = sorted((bundle / "chaos").glob("*-ha-replica-loss/measurements.json"))
+    return json.loads(found[0].read_text())["fault_injected"]
+
+
 def ready(k8s_cluster, platform: Platform, name: str) -> int:
     return int(client.AppsV1Api(k8s_cluster.api).read_namespaced_deployment(name, platform.namespace)
                .status.ready_replicas or 0)
@@ -61,29 +68,41 @@ def test_ha_runbook_on_kubernetes_passes_and_the_replicaset_replaces_the_pod(k8s
     assert found["lost_turns"] == 0 and found["acknowledged_turns"] > 20
     killed = found["killed_replicas"]
     assert len(killed) == 1 and killed[0] in before
+    # The force deletion (SIGKILL) was seen where the pod served, not only in the API.
+    assert "stopped answering at its address" in fault_injected(executed.bundle)["landed"]["seen"]
     after = {p.metadata.name for p in client.CoreV1Api(k8s_cluster.api).list_namespaced_pod(
         platform.namespace, label_selector="app=agent").items}
     assert killed[0] not in after and len(after) == 2 and ready(k8s_cluster, platform, "agent") == 2
     assert k8s_cluster.kubelet.errors == []
 
 
-@pytest.mark.parametrize("lie, verdict", [(None, "PASS"), ("noop-kill", "ERROR")])
-def test_a_graceful_kill_lands_when_the_node_stops_the_pod_not_when_the_api_was_asked(k8s_cluster, k8s_platform,
-                                                                                      tmp_path, lie, verdict):
+@pytest.mark.parametrize("signal, lie, verdict", [("SIGTERM", None, "PASS"), ("SIGTERM", "noop-kill", "ERROR"),
+                                                   ("SIGKILL", "noop-kill", "ERROR")])
+def test_a_kill_lands_when_the_node_stops_the_pod_not_when_the_api_was_asked(k8s_cluster, k8s_platform, tmp_path,
+                                                                            signal, lie, verdict):
     # With SIGTERM the pod is deleted gracefully: the API only records the request, and the
-    # node stops the container. A kubelet that lies (keeps the process serving and the pod Ready)
-    # must leave the kill unseen: ERROR, never a PASS on a replacement that merely joined.
+    # node stops the container. With SIGKILL it is force-deleted: the pod leaves the API at once,
+    # whatever the node does. A kubelet that lies (keeps the process serving; a graceful
+    # deletion's pod stays Ready) must leave the kill unseen: ERROR, never a PASS on a
+    # replacement that merely joined. The force deletion is seen only at the pod's own address,
+    # which still answers. (An honest SIGKILL PASSes in the HA test above.)
     platform = k8s_platform()
     k8s_cluster.kubelet.lie = lie
     try:
-        executed = execute("ha-replica-loss", str(platform.profile), {**HA, "kill_signal": "SIGTERM"},
+        executed = execute("ha-replica-loss", str(platform.profile), {**HA, "kill_signal": signal},
                            results=tmp_path / "results")
     finally:
         k8s_cluster.kubelet.lie = None
     assert executed.verdict == verdict, executed.explain()
+    fault = fault_injected(executed.bundle)
+    assert len(fault["watched"]) == 2  # both agent pods answered at their addresses before the kill
     if lie:
-        assert executed.summary["reason"].startswith("fault did not take effect: SIGTERM"), executed.explain()
+        assert executed.summary["reason"].startswith(f"fault did not take effect: {signal}"), executed.explain()
         assert "1 agent replica" in executed.summary["reason"]
+        if signal == "SIGKILL":
+            assert "still answered" in executed.summary["reason"], executed.explain()
+    else:
+        assert "stopped answering at its address" in fault["landed"]["seen"], fault["landed"]
     assert k8s_cluster.kubelet.errors == []
 
 

@@ -49,6 +49,63 @@ def test_unanswered_readings_prove_nothing():
     assert not kill_landing(full(99.0), [failed], KILL).landed
 
 
+def watched(reading: R, answering: tuple[str, ...] | None) -> R:
+    """The reading with the watched replicas' addresses probed (the pod uids here stand for pods)."""
+    return R(reading.started, reading.ended, reading.desired, reading.ready, reading.ids, answering=answering)
+
+
+def test_a_force_deleted_pod_whose_process_serves_on_was_not_killed():
+    # The API lists a new replica in place of a@1 at once, but a@1's address answers throughout.
+    before = watched(full(99.0), ("a@1", "b@2"))
+    readings = [watched(full(100.0 + i * 0.1, ids=("a@7", "b@2")), ("a@1", "b@2")) for i in range(10)]
+    landing = kill_landing(before, readings, KILL)
+    assert not landing.landed and landing.at is None
+    assert landing.seen.startswith("replica a@1 no longer among the ready, but the address of every replica")
+    assert "still answered in all 10 readings" in landing.seen
+
+
+def test_a_kill_lands_when_the_platform_and_the_address_both_say_so_at_the_later_reading():
+    before = watched(full(99.0), ("a@1", "b@2"))
+    readings = [watched(short(100.1), ("a@1", "b@2")),  # the API saw it first; the process still served
+                watched(short(100.3), ("b@2",))]
+    landing = kill_landing(before, readings, KILL)
+    assert landing.landed and landing.at == 100.35
+    assert landing.seen == "1 of 2 ready; replica a@1 stopped answering at its address"
+    # and the other way round: the address went quiet before the platform's own readings showed it
+    quiet_first = [watched(full(100.1), ("b@2",)), watched(short(100.3), ("b@2",))]
+    assert kill_landing(before, quiet_first, KILL).at == 100.35
+
+
+def test_an_address_that_went_quiet_before_the_kill_or_was_never_probed_is_no_evidence():
+    before = watched(full(99.0), ("a@1", "b@2"))
+    began_before = [watched(short(99.9, took=0.5), ("b@2",))]
+    assert not kill_landing(before, began_before, KILL).landed
+    unprobed = [short(100.2)]  # answering None: nothing was asked, so nothing stopped answering
+    assert not kill_landing(before, unprobed, KILL).landed
+    # Replicas that never answered from here (drillbook outside the pod network): the platform's word.
+    unreachable = watched(full(99.0), ())
+    assert kill_landing(unreachable, [watched(short(100.2), ())], KILL).landed
+    # Readings kept before addresses were probed (answering None throughout) judge as they did.
+    assert kill_landing(full(99.0), [short(100.2)], KILL).at == 100.25
+
+
+def test_a_probed_reading_says_which_watched_replicas_answer_and_an_address_given_again_is_not_theirs():
+    import socket
+
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        serving = "127.0.0.1:%d" % listening.getsockname()[1]
+        gone = "127.0.0.1:%d" % closed.getsockname()[1]
+        reading = full(100.0)
+        probed = reading.probed({"a@1": serving, "b@2": gone}, held={"b@2": gone})
+        assert probed.answering == ("a@1",) and probed.started == 100.0 and probed.ended > reading.ended
+        # a@1's address now belongs to a new pod (a@7): it answers for a@7, not for a@1
+        assert reading.probed({"a@1": serving}, held={"a@7": serving}).answering == ()
+        assert R.from_json(probed.to_json()) == probed and R.from_json(reading.to_json()).answering is None
+
+
 def test_recovery_counts_only_readings_that_began_after_the_landing():
     # The trap of the false PASS: a reading that began before the kill landed says "ready".
     landed_at = 100.3

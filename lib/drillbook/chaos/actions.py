@@ -19,6 +19,7 @@ from drillbook.chaos.ledger import Fault
 from drillbook.errors import FaultNotLanded
 from drillbook.measure import Landing, kill_landing, scale_down_landing, store_loss_landing
 from drillbook.observation import ReplicaObservation, StoreObservation
+from drillbook.targets.capabilities import ReplicaAddresses
 
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
@@ -35,21 +36,50 @@ def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
     The platform is expected to replace them; the rollback waits until it has.
     """
     run = RunContext.of(configuration or {})
-    before = run.target.observe(service)
+    read, before, watched = _replica_reader(run.target, service)
     fault = run.ledger.record(run.run_id, run.target.name, "kill", {"op": "await_ready", "service": service},
                               service=service, count=count, signal=signal)
     killed = run.target.kill(service, count, signal)
     done_at = time.time()
-    landing, readings = _until_landed(lambda: run.target.observe(service),
-                                      lambda seen: kill_landing(before, seen, fault.at))
+    landing, readings = _until_landed(read, lambda seen: kill_landing(before, seen, fault.at))
     run.record_measurement("fault_injected", {"kind": "kill", "at": fault.at, "done_at": done_at,
                                               "service": service, "replicas": killed, "landed": landing.to_json(),
-                                              "before": before.to_json(),
+                                              "before": before.to_json(), "watched": watched,
                                               "observations": [o.to_json() for o in readings]})
     if not landing.landed:
         raise FaultNotLanded(f"{signal} sent to {count} {service} replica(s) (answered: {', '.join(killed) or 'none'})",
                              landing.seen, LANDING_TIMEOUT_S)
     return killed
+
+
+def _replica_reader(target: Any, service: str
+                    ) -> tuple[Callable[[], ReplicaObservation], ReplicaObservation, dict[str, str]]:
+    """How to read a role's replicas across a kill, the reading before it, and the replicas
+    watched at their own addresses (identity -> host:port). Where the target says where its
+    replicas serve (ReplicaAddresses) and they answer from here just before the kill, every
+    reading also probes those addresses: a platform's API can drop a replica that its node never
+    stopped (a force-deleted pod). Where they do not answer from here, the API's word is all."""
+    def addresses() -> dict[str, str] | None:
+        try:
+            return target.replica_addresses(service)
+        except Exception:  # noqa: BLE001 - where the replicas serve is unknown: nothing is probed
+            return None
+
+    if not isinstance(target, ReplicaAddresses):
+        return (lambda: target.observe(service)), target.observe(service), {}
+    before = target.observe(service)
+    serving = addresses() or {}
+    before = before.probed(serving, serving)
+    watched = {identity: address for identity, address in serving.items() if identity in (before.answering or ())}
+    if not watched:
+        return (lambda: target.observe(service)), before, {}
+
+    def read() -> ReplicaObservation:
+        seen = target.observe(service)
+        held = addresses()
+        return seen if held is None else seen.probed(watched, held)
+
+    return read, before, watched
 
 
 def _until_landed(read: Callable[[], R], judge: Callable[[list[R]], Landing],

@@ -56,6 +56,15 @@ class Diagnostics(Protocol):
 
 
 @runtime_checkable
+class ReplicaAddresses(Protocol):
+    """Where each ready replica of a role serves, as host:port by its identity (the ids of
+    `observe`), so that a kill can be seen from outside the platform's own API: a replica whose
+    address still answers after the kill was not killed, whatever the API says of it."""
+
+    def replica_addresses(self, role: str) -> dict[str, str]: ...
+
+
+@runtime_checkable
 class StoreCatalog(Protocol):
     """The state store's backups and stored sessions, listed."""
 

@@ -65,6 +65,14 @@ def _pod_ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
+def _pod_address(pod: Any) -> str | None:
+    """podIP:port of the pod's first container's first declared port; None before it has both."""
+    ports = pod.spec.containers[0].ports
+    if not pod.status or not pod.status.pod_ip or not ports:
+        return None
+    return f"{pod.status.pod_ip}:{ports[0].container_port}"
+
+
 def pod_events(pod: Any, role: str) -> list[dict[str, Any]]:
     annotations = pod.metadata.annotations or {}
     conditions = {c.type: c for c in (pod.status.conditions or [])}
@@ -300,9 +308,12 @@ class KubernetesTarget(ProfileTarget):
 
     def replica_urls(self, role: str) -> list[str]:
         """http://podIP:port of the role's ready pods (for reading their metrics)."""
-        return [f"http://{pod.status.pod_ip}:{pod.spec.containers[0].ports[0].container_port}"
-                for pod in self._live_pods(role)
-                if pod.status.pod_ip and pod.spec.containers[0].ports and _pod_ready(pod)]
+        return [f"http://{_pod_address(pod)}" for pod in self._live_pods(role) if _pod_address(pod) and _pod_ready(pod)]
+
+    # ReplicaAddresses: where each ready pod serves, by uid (the ids of observe), stopping ones too
+    def replica_addresses(self, role: str) -> dict[str, str]:
+        return {pod.metadata.uid: address for pod in self._pods(role)
+                if (address := _pod_address(pod)) and _pod_ready(pod)}
 
     # TenantMetrics: the model server's per-tenant metrics, read from its ready pods
     def tenant_metrics(self) -> dict[str, dict[str, float]]:
