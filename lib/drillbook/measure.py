@@ -123,9 +123,9 @@ def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObser
     if last is None:
         return Landing(False, None, "no reading after the kill")
     if listed is not None:
-        return Landing(False, None, f"{listed[1]}, but the address of every replica watched across the kill "
-                                    f"({', '.join(sorted(witnesses))}) still answered in all {len(readings)} "
-                                    "readings after it: no process was seen to stop")
+        return Landing(False, None, f"{listed[1]}, but all {len(witnesses)} replica addresses watched across the "
+                                    f"kill still answered in all {len(readings)} readings after it: no process was "
+                                    "seen to stop")
     return Landing(False, None, f"{len(readings)} readings after the kill all showed {last.ready} of {last.desired} "
                                 "ready" + (" with the same replicas" if known else ""))
 
