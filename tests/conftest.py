@@ -65,21 +65,23 @@ def worker_group(nodeid: str) -> str | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Unit tests (no processes) run first, so a broken change fails in seconds, not after the
-    integration tests; then the groups that share a worker, longest first; then the rest. The
+    integration tests. On xdist workers (`-n`), the groups that share a worker come next, longest
+    first, then the rest; in one process the rest keep the order they were collected in. The
     order within each is kept, and the workers take work in this order (pytest_xdist_make_scheduler)."""
     unit = Path(__file__).resolve().parent / "unit"
+    distributed = "PYTEST_XDIST_WORKER" in os.environ
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         if unit in Path(str(item.path)).parents:
             return (0, 0)
-        group = worker_group(item.nodeid)
+        group = worker_group(item.nodeid) if distributed else None
         return (1, GROUP_ORDER.index(group)) if group else (2, 0)
 
     items.sort(key=rank)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """With `--dist load` (pyproject.toml's addopts), a scheduler that sends each SHARED_WORKER
+    """With `-n N` and `--dist load` (pyproject.toml's addopts), a scheduler that sends each SHARED_WORKER
     group to one worker whole and every other test on its own, in collection order. (xdist's own
     `loadgroup` marks do not group on pytest 9: it renames node ids, which pytest 9 ignores.)"""
     if config.getvalue("dist") != "load":
