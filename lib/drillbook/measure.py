@@ -122,10 +122,14 @@ def kill_landing(before: ReplicaObservation | None, after: Sequence[ReplicaObser
     last = readings[-1] if readings else None
     if last is None:
         return Landing(False, None, "no reading after the kill")
+    probed = [o for o in readings if o.answering is not None]
+    if listed is not None and not probed:
+        return Landing(False, None, f"{listed[1]}, but none of the {len(witnesses)} replica addresses watched across "
+                                    "the kill could be probed after it: no process was seen to stop")
     if listed is not None:
         return Landing(False, None, f"{listed[1]}, but all {len(witnesses)} replica addresses watched across the "
-                                    f"kill still answered in all {len(readings)} readings after it: no process was "
-                                    "seen to stop")
+                                    f"kill still answered in all {len(probed)} probed readings after it: no process "
+                                    "was seen to stop")
     return Landing(False, None, f"{len(readings)} readings after the kill all showed {last.ready} of {last.desired} "
                                 "ready" + (" with the same replicas" if known else ""))
 

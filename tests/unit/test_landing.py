@@ -61,7 +61,11 @@ def test_a_force_deleted_pod_whose_process_serves_on_was_not_killed():
     landing = kill_landing(before, readings, KILL)
     assert not landing.landed and landing.at is None
     assert landing.seen == ("replica a@1 no longer among the ready, but all 2 replica addresses watched across "
-                            "the kill still answered in all 10 readings after it: no process was seen to stop")
+                            "the kill still answered in all 10 probed readings after it: no process was seen to stop")
+    # Readings whose probe could not run (the addresses unknown) are not said to have answered.
+    unprobed = [full(100.0 + i * 0.1, ids=("a@7", "b@2")) for i in range(3)]
+    assert kill_landing(before, unprobed, KILL).seen.endswith(
+        "none of the 2 replica addresses watched across the kill could be probed after it: no process was seen to stop")
 
 
 def test_a_kill_lands_when_the_platform_and_the_address_both_say_so_at_the_later_reading():
