@@ -10,7 +10,7 @@
 # $DRILLBOOK_IMAGE_CACHE (default ~/.cache/drillbook/images):
 #   base  Debian bookworm (debootstrap, minbase) with python3, tini and postgresql-client, and a
 #         virtual environment in /opt/drillbook holding drillbook's dependencies as resolved
-#         from PyPI for Debian's Python (keyed by this script and pyproject.toml);
+#         from PyPI for Debian's Python (keyed by this script and pyproject.toml's dependencies);
 #   app   drillbook itself, a wheel of this checkout (keyed by the files the wheel is made of).
 # The archive (oci-archive, tag VERSION) goes to a registry with, for example,
 #   skopeo copy oci-archive:ARCHIVE:VERSION docker://REGISTRY/drillbook/runner:VERSION
@@ -44,7 +44,12 @@ version="$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1],
   "$checkout/pyproject.toml")"
 arch="$(uname -m)"
 digest() { sha256sum | cut -c1-16; }
-base_key="$( { echo "$SUITE $PACKAGES $arch"; cat "$0" "$checkout/pyproject.toml"; } | digest)"
+# The base layer depends on drillbook's runtime dependencies, not on the rest of pyproject.toml (a
+# change to the test settings must not rebuild Debian and the virtual environment).
+dependencies="$(python3 -c 'import json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps([project.get("requires-python"), sorted(project.get("dependencies", []))]))' "$checkout/pyproject.toml")"
+base_key="$( { echo "$SUITE $PACKAGES $arch"; echo "$dependencies"; cat "$0"; } | digest)"
 app_key="$( { echo "$base_key"; cd "$checkout" && find lib runbooks experiments loadtests gamedays targets \
   pyproject.toml setup.py MANIFEST.in -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z \
   | xargs -0 sha256sum; } | digest)"

@@ -60,8 +60,13 @@ class TrafficWindow:
 def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, duration_s: float,
           max_turns: int = MAX_TURNS_PER_SESSION, max_tokens: int | None = None, think_s: float = 0.0,
           publish: Callable[[TrafficWindow], None] | None = None, api: AgentApi = REFERENCE_API) -> TrafficWindow:
-    """Run `sessions` concurrent sessions for at most duration_s and max_turns each; publish gets
-    the window as it starts filling."""
+    """Run `sessions` concurrent sessions for duration_s and at most max_turns each; publish gets
+    the window as it starts filling.
+
+    Every session that opens sends at least one turn, however long the open took: a window is a
+    sample of the platform's answers, and a slow machine must not turn it into a sample of
+    nothing (a 1 s steady-state sample whose opens took longer than that saw no turn at all, and
+    the drill stopped for a steady state "not met" on a platform that served every request)."""
     window = TrafficWindow(name, tenant, started=time.time())
     if publish is not None:
         publish(window)
@@ -88,7 +93,7 @@ def drive(gateway: str, tenant: str, key: str, name: str, *, sessions: int, dura
                 record(False, 0.0, type(error).__name__)
                 return
             for turn in range(max_turns):
-                if time.monotonic() >= stop_at:
+                if turn and time.monotonic() >= stop_at:
                     return
                 started = time.perf_counter()
                 try:
