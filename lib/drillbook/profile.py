@@ -31,6 +31,7 @@ from drillbook import project
 from drillbook.agentapi import AgentApi, ReadBack
 from drillbook.config import StrictModel, validation_line
 from drillbook.errors import ConfigError
+from drillbook.target_kinds import BUILT_IN, check_kind
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 ROLES = ("agent", "inference", "state_store", "aggressor")  # aggressor: floods inference as one tenant (noisy neighbour)
@@ -177,7 +178,7 @@ class SandboxSpec(StrictModel):
 
 class TargetProfile(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
-    kind: Literal["sandbox", "kubernetes", "commands"]
+    kind: str = Field(description="sandbox, kubernetes, commands, or a kind a package adds (drillbook.target_kinds)")
     description: str = ""
     sandbox: SandboxSpec | None = None
     kubernetes: KubernetesSpec | None = None
@@ -189,9 +190,18 @@ class TargetProfile(StrictModel):
     prometheus: PrometheusSpec | None = None
     slos: dict[str, dict[str, float | int | bool | str]] = Field(
         default_factory=dict, description="per runbook: parameter = threshold, over the notebook's defaults")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="settings read by a target kind a package adds (drillbook's own read none)")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        return check_kind(kind)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "TargetProfile":
+        if self.options and self.kind in BUILT_IN:
+            raise ValueError(f"options are read only by target kinds a package adds, not by kind {self.kind}")
         if self.kind == "kubernetes" and self.kubernetes is None:
             raise ValueError("kind kubernetes needs a kubernetes section (context, namespace, allow-lists)")
         allowed = self.kubernetes.allowed_namespaces if self.kubernetes else []

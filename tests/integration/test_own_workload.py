@@ -67,6 +67,17 @@ def install_verifier_plugin(folder: Path) -> Path:
     return folder
 
 
+def install_target_kind_plugin(folder: Path) -> Path:
+    """The tinyagent-admin target kind as an installed distribution would be (drillbook.targets)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKLOADS / "tinyagent_target.py", folder / "tinyagent_target.py")
+    info = folder / "tinyagent_target-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyagent-target\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[drillbook.targets]\ntinyagent-admin = tinyagent_target:tinyagent_admin\n")
+    return folder
+
+
 def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent") -> Path:
     ctl = [sys.executable, str(TINYAGENT), "ctl", "--admin", admin]
 
@@ -98,7 +109,7 @@ def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent"
 def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TinyAgent]]:
     """Start tinyagent (optionally with a bug); its keys and verifier plug-in are in this process's
     environment and Python path, and in the notebook kernels' (through PYTHONPATH)."""
-    plugins = install_verifier_plugin(tmp_path / "plugins")
+    plugins = install_target_kind_plugin(install_verifier_plugin(tmp_path / "plugins"))
     monkeypatch.syspath_prepend(str(plugins))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("TINY_RED_KEY", "red-secret-1")
@@ -294,6 +305,39 @@ def test_target_check_says_which_runbooks_can_run_and_why_not(tinyagent, tmp_pat
     assert missing.returncode == 2
     assert missing.stderr.strip() == ("drillbook: tinyagent-1.yaml: invalid tenants.blue.key_env: environment variable "
                                       "TINY_BLUE_KEY is not set")
+
+
+def test_a_target_kind_from_a_package_runs_the_ha_runbook_and_an_unknown_kind_is_named(tinyagent, tmp_path):
+    # tinyagent's pool driven through its admin HTTP API by a kind drillbook does not ship
+    # (tests/workloads/tinyagent_target.py, registered in the drillbook.targets entry-point group).
+    agent = tinyagent()
+    spec = yaml.safe_load(agent.profile.read_text())
+    spec.update(name="tinyagent-admin", kind="tinyagent-admin", options={"admin_url": agent.admin})
+    spec["workload"]["agent"] = {}
+    profile = tmp_path / "tinyagent-admin.yaml"
+    profile.write_text(yaml.safe_dump(spec))
+    checked = drillbook("target", "check", str(profile), "--runbook", "ha-replica-loss")
+    assert checked.returncode == 0 and "admin API answers" in checked.stdout, checked.stdout + checked.stderr
+    executed = execute("ha-replica-loss", str(profile), HA, results=tmp_path / "results")
+    assert executed.verdict == "PASS", executed.explain()
+    found = values(executed.bundle)["values"]
+    assert found["lost_turns"] == 0 and found["acknowledged_turns"] > 20 and len(found["killed_replicas"]) == 1
+    assert [t for t in agent.truth() if t["event"] == "killed"], agent.truth()  # the pool itself saw the kill
+    assert yaml.safe_load((executed.bundle / "target-profile.yaml").read_text())["kind"] == "tinyagent-admin"
+
+    spec["kind"] = "tinyagent-nothing"
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump(spec))
+    refused = drillbook("target", "check", str(unknown))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == ("drillbook: unknown.yaml: invalid kind: unknown target kind 'tinyagent-nothing'; "
+                                      "known: sandbox, kubernetes, commands, tinyagent-admin (a package adds a kind "
+                                      "through the entry-point group drillbook.targets)")
+    spec.update(kind="commands", workload={**spec["workload"], "agent": yaml.safe_load(agent.profile.read_text())[
+        "workload"]["agent"]})
+    unknown.write_text(yaml.safe_dump(spec))
+    own = drillbook("target", "check", str(unknown))
+    assert own.returncode == 2 and "options are read only by target kinds a package adds, not by kind commands" in own.stderr
 
 
 def test_target_check_on_the_sandbox(sandbox):

@@ -44,7 +44,7 @@ def changed(base: dict, path: str, value: object) -> dict:
 
 @pytest.mark.parametrize(("data", "expected"), [
     (changed(COMMANDS, "colour", "blue"), "p.yaml: invalid colour: Extra inputs are not permitted"),
-    (changed(COMMANDS, "kind", "nomad"), "p.yaml: invalid kind: Input should be 'sandbox', 'kubernetes' or 'commands'"),
+    (changed(COMMANDS, "kind", "nomad"), "p.yaml: invalid kind: unknown target kind 'nomad'; known: sandbox, kubernetes, commands (a package"),
     (changed(COMMANDS, "name", "Has Spaces"), "p.yaml: invalid name: String should match pattern"),
     (changed(COMMANDS, "workload.gateway_url", None), "p.yaml: invalid input: kind commands needs workload.gateway_url"),
     (changed(COMMANDS, "workload.gateway_url", "ftp://x"), "p.yaml: invalid workload.gateway_url: must be an http(s) URL"),

@@ -1,6 +1,7 @@
-"""Chaos Toolkit actions that drillbook's experiments name. Each dispatches on the target
-(sandbox or kubernetes) given in the configuration, and writes the fault to the ledger before
-applying it, so that rollbacks and `drillbook rollback` can always put the target back.
+"""Chaos Toolkit actions that drillbook's experiments name. Each acts through the run's target (any
+kind: the Target protocol hides which), and writes the fault to the ledger, with how to undo it,
+before applying it, so that rollbacks and `drillbook rollback` can always put the target back;
+each kind of undo is registered by the `op` it is written with (UNDO, @undoes).
 
 A fault must be seen to land: after the call that makes it, each action reads the target again
 (readiness and replica identities after a kill; readiness after a scale down; store health and
@@ -191,44 +192,73 @@ def restore_store(backup: str = "latest", timeout_s: float = 60.0,
 SETTLE_TIMEOUT_S = 60.0
 
 
+Undo = Callable[[RunContext, Fault], tuple[str, bool]]
+# How each kind of fault is put back, by the `op` its ledger entry names: an action that makes a
+# new kind of fault registers its undo here beside it (@undoes), so the rollback, `drillbook
+# rollback` and the watchdogs find it without an edit to this dispatch.
+UNDO: dict[str, Undo] = {}
+
+
+def undoes(op: str) -> Callable[[Undo], Undo]:
+    """Register the function that undoes faults recorded with {"op": op}."""
+    def register(function: Undo) -> Undo:
+        UNDO[op] = function
+        return function
+    return register
+
+
 def undo(run: RunContext, fault: Fault) -> tuple[str, bool]:
     """Put back what one fault changed, and read the target again: returns what was done and
-    whether the original state was seen restored."""
+    whether the original state was seen restored. A fault whose undo this drillbook does not know
+    (written by a newer one, or by a scenario package not installed here) is NOT restored: it
+    stays open in the ledger, and the answer says so."""
     op = fault.undo.get("op")
-    if op == "scale":
-        service = fault.undo["service"]
-        run.target.scale(service, int(fault.undo["replicas"]))
-        settled = wait_until(lambda: run.target.settled(service), SETTLE_TIMEOUT_S)
-        return (f"scaled {service} back to {fault.undo['replicas']}"
-                + ("" if settled else f" (NOT settled after {SETTLE_TIMEOUT_S:g}s)"), settled)
-    if op == "await_ready":
-        service = fault.undo["service"]
-        last: list[ReplicaObservation] = []
+    function = UNDO.get(op) if isinstance(op, str) else None
+    if function is None:
+        return (f"NOT undone: no undo is known for op {op!r} of {fault.kind} (known: {', '.join(sorted(UNDO))}); "
+                "it stays open for `drillbook rollback` where it is known", False)
+    return function(run, fault)
 
-        def full() -> bool:
-            last[:] = [run.target.observe(service)]
-            return last[0].full
 
-        ready = wait_until(full, SETTLE_TIMEOUT_S)
-        if ready:
-            return f"{service} ready again", True
-        seen = last[0] if last else None
-        left = (seen.error or f"{seen.ready} of {seen.desired} ready") if seen else "no reading"
-        return f"{service} NOT ready after {SETTLE_TIMEOUT_S:g}s (left: {left})", False
-    if op == "restore_store":
-        if run.target.store_healthy():
-            return "store already healthy", True
-        try:
-            run.target.restore_store("latest")
-            if wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2):
-                return "store restored from the latest backup", True
-            why = "the restore answered but the store is still not healthy"
-        except Exception as error:  # noqa: BLE001 - no backup: an empty store beats no store
-            why = f"no usable backup ({error})"
-        run.target.recreate_store()
-        healthy = wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2)
-        return f"{why}; store re-created EMPTY" + ("" if healthy else " and still NOT healthy"), healthy
-    return f"nothing to undo for {fault.kind}", True
+@undoes("scale")
+def _scale_back(run: RunContext, fault: Fault) -> tuple[str, bool]:
+    service = fault.undo["service"]
+    run.target.scale(service, int(fault.undo["replicas"]))
+    settled = wait_until(lambda: run.target.settled(service), SETTLE_TIMEOUT_S)
+    return (f"scaled {service} back to {fault.undo['replicas']}"
+            + ("" if settled else f" (NOT settled after {SETTLE_TIMEOUT_S:g}s)"), settled)
+
+
+@undoes("await_ready")
+def _await_ready(run: RunContext, fault: Fault) -> tuple[str, bool]:
+    service = fault.undo["service"]
+    last: list[ReplicaObservation] = []
+
+    def full() -> bool:
+        last[:] = [run.target.observe(service)]
+        return last[0].full
+
+    if wait_until(full, SETTLE_TIMEOUT_S):
+        return f"{service} ready again", True
+    seen = last[0] if last else None
+    left = (seen.error or f"{seen.ready} of {seen.desired} ready") if seen else "no reading"
+    return f"{service} NOT ready after {SETTLE_TIMEOUT_S:g}s (left: {left})", False
+
+
+@undoes("restore_store")
+def _restore_store(run: RunContext, fault: Fault) -> tuple[str, bool]:
+    if run.target.store_healthy():
+        return "store already healthy", True
+    try:
+        run.target.restore_store("latest")
+        if wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2):
+            return "store restored from the latest backup", True
+        why = "the restore answered but the store is still not healthy"
+    except Exception as error:  # noqa: BLE001 - no backup: an empty store beats no store
+        why = f"no usable backup ({error})"
+    run.target.recreate_store()
+    healthy = wait_until(run.target.store_healthy, SETTLE_TIMEOUT_S / 4, 0.2)
+    return f"{why}; store re-created EMPTY" + ("" if healthy else " and still NOT healthy"), healthy
 
 
 def undo_open_faults(run: RunContext, run_id: str | None) -> list[tuple[Fault, str]]:

@@ -8,6 +8,7 @@ such as ``aggressor``).
 - `kubernetes`: Deployments and pods in allow-listed contexts and namespaces, through
   chaostoolkit-kubernetes and the kubernetes client
 - `commands`: a workload operated through the user's own commands
+- any kind a package adds through the entry-point group `drillbook.targets` (drillbook.target_kinds)
 - `store`: the restore procedure from a profile's backup and restore commands (any kind)
 """
 
@@ -87,9 +88,13 @@ def target_for(profile: LoadedProfile, state_dir: Path | None = None) -> Target:
         from drillbook.targets.kubernetes import KubernetesTarget
 
         return KubernetesTarget(profile)
-    from drillbook.targets.commands import CommandsTarget
+    if profile.kind == "commands":
+        from drillbook.targets.commands import CommandsTarget
 
-    return CommandsTarget(profile)
+        return CommandsTarget(profile)
+    from drillbook.target_kinds import added_factory
+
+    return added_factory(profile.kind)(profile, state_dir)
 
 
 def run_paths(profile: LoadedProfile, state_dir: Path | None = None) -> tuple[Path, Path]:

@@ -103,6 +103,22 @@ KUBERNETES_RIGHTS: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
+def register_kubernetes_rights(action: str, rights: list[tuple[str, str, str]]) -> None:
+    """The rights a new kind of action takes, registered by the module that brings the action."""
+    KUBERNETES_RIGHTS[action] = list(rights)
+
+
+def kubernetes_rights(action: str) -> list[tuple[str, str, str]]:
+    """The rights one declared action takes; an action nobody registered is a ConfigError naming
+    the known ones (a scenario that declares it cannot be checked, so it cannot run)."""
+    try:
+        return KUBERNETES_RIGHTS[action]
+    except KeyError:
+        raise ConfigError(f"no Kubernetes rights are known for the action {action!r} "
+                          f"(known: {', '.join(sorted(KUBERNETES_RIGHTS))}): register them with "
+                          "drillbook.targets.kubernetes.register_kubernetes_rights") from None
+
+
 class KubernetesTarget(ProfileTarget):
     kind = "kubernetes"
     granted = "allowed"
@@ -191,12 +207,13 @@ class KubernetesTarget(ProfileTarget):
                 if found not in why:
                     why.append(found)
                 continue
-            for verb, group, resource in KUBERNETES_RIGHTS[action]:
+            rights = kubernetes_rights(action)
+            for verb, group, resource in rights:
                 for namespace in found:
                     refused = f"not allowed: {verb} {resource} in {namespace}"
                     if refused not in why and not self.may(verb, group, resource, namespace):
                         why.append(refused)
-            if found and ("get", "apps", "deployments") in KUBERNETES_RIGHTS[action]:
+            if found and ("get", "apps", "deployments") in rights:
                 absent = self._absent(where)
                 if absent and absent not in why:
                     why.append(absent)
