@@ -38,3 +38,24 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def install_distribution(folder: Path, name: str, sources: list[Path], entry_points: dict[str, dict[str, str]]) -> Path:
+    """A package installed as pip would leave it, without pip: each source (a module file or a
+    package folder) copied into `folder`, and a dist-info with the distribution's entry points
+    ({group: {name: object}}). Put `folder` on the Python path (and PYTHONPATH, for kernels)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        if source.is_dir():
+            shutil.copytree(source, folder / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, folder / source.name)
+    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
+        for group, entries in entry_points.items()))
+    return folder

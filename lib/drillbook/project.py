@@ -1,9 +1,10 @@
 """Where drillbook finds runbooks, experiments, load profiles, game-day plans and target profiles,
 and where evidence goes by default.
 
-Two places are searched, in order: the user's project folder ($DRILLBOOK_HOME, else the current
-folder), then the files shipped with drillbook (`drillbook/shipped/` inside an installed
-package, or the source tree of an editable install). A name found in the project folder shadows
+Three places are searched, in order: the user's project folder ($DRILLBOOK_HOME, else the current
+folder), the files shipped with drillbook (`drillbook/shipped/` inside an installed package, or
+the source tree of an editable install), then the runbooks and experiments of scenario packages
+(entry-point group `drillbook.scenarios`). A name found in the project folder shadows
 the shipped one; a path is taken as it is. The kernel of a runbook resolves names the same way:
 `execute` hands it the project folder.
 """
@@ -58,12 +59,36 @@ def shipped_dir() -> Path | None:
     return None
 
 
+SCENARIO_GROUP = "drillbook.scenarios"
+
+
+def scenario_package_dirs() -> list[Path]:
+    """The folders of the scenario packages installed here (entry-point group drillbook.scenarios,
+    each naming the module that declares its scenarios): a package keeps its notebooks in
+    runbooks/ and its experiments in experiments/ beside that module. Found without importing."""
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    found = []
+    for entry in entry_points(group=SCENARIO_GROUP):
+        try:
+            spec = find_spec(entry.value.split(":", 1)[0])
+        except (ImportError, ValueError):
+            continue  # named when the scenarios load (drillbook.scenarios)
+        if spec is not None and spec.origin:
+            folder = Path(spec.origin).parent
+            if folder not in found and any((folder / sub).is_dir() for sub in ("runbooks", "experiments")):
+                found.append(folder)
+    return found
+
+
 def search_path() -> list[Path]:
-    """Where names are looked up, first match wins: the project folder, then the shipped files."""
+    """Where names are looked up, first match wins: the project folder, the shipped files, then the
+    scenario packages installed here."""
     roots = [project_dir()]
-    shipped = shipped_dir()
-    if shipped is not None and shipped not in roots:
-        roots.append(shipped)
+    for extra in (shipped_dir(), *scenario_package_dirs()):
+        if extra is not None and extra not in roots:
+            roots.append(extra)
     return roots
 
 

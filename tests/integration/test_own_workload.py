@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +29,7 @@ from drillbook.errors import ConfigError
 from drillbook.evidence import verify_path
 from drillbook.execute import execute
 from drillbook.runbook import recorded
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, install_distribution, wait_for
 
 pytestmark = pytest.mark.integration
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
@@ -56,26 +55,12 @@ class TinyAgent:
             return {k: v for k, v in json.loads(response.read()).items() if k != "ids"}
 
 
-def install_verifier_plugin(folder: Path) -> Path:
-    """tinyagent's verifier as an installed distribution would be: module plus dist-info with its entry point."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(WORKLOADS / "tinyagent_verifier.py", folder / "tinyagent_verifier.py")
-    info = folder / "tinyagent_verifier-1.0.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyagent-verifier\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[drillbook.verifiers]\ntinyagent = tinyagent_verifier:TinyAgentVerifier\n")
-    return folder
-
-
-def install_target_kind_plugin(folder: Path) -> Path:
-    """The tinyagent-admin target kind as an installed distribution would be (drillbook.targets)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(WORKLOADS / "tinyagent_target.py", folder / "tinyagent_target.py")
-    info = folder / "tinyagent_target-1.0.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyagent-target\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[drillbook.targets]\ntinyagent-admin = tinyagent_target:tinyagent_admin\n")
-    return folder
+def install_plugins(folder: Path) -> Path:
+    """tinyagent's verifier and its target kind, as installed distributions would be."""
+    install_distribution(folder, "tinyagent-verifier", [WORKLOADS / "tinyagent_verifier.py"],
+                         {"drillbook.verifiers": {"tinyagent": "tinyagent_verifier:TinyAgentVerifier"}})
+    return install_distribution(folder, "tinyagent-target", [WORKLOADS / "tinyagent_target.py"],
+                                {"drillbook.targets": {"tinyagent-admin": "tinyagent_target:tinyagent_admin"}})
 
 
 def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent") -> Path:
@@ -109,7 +94,7 @@ def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent"
 def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., TinyAgent]]:
     """Start tinyagent (optionally with a bug); its keys and verifier plug-in are in this process's
     environment and Python path, and in the notebook kernels' (through PYTHONPATH)."""
-    plugins = install_target_kind_plugin(install_verifier_plugin(tmp_path / "plugins"))
+    plugins = install_plugins(tmp_path / "plugins")
     monkeypatch.syspath_prepend(str(plugins))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("TINY_RED_KEY", "red-secret-1")
