@@ -1,4 +1,9 @@
-"""Parameter and configuration models, and the one place that reads environment variables.
+"""Parameter and configuration models, and drillbook's own environment variables (state and
+project folders, PostgreSQL DSN, CI, the reference platform's services in containers). Variables
+that belong to something else are read where it is used: tenant keys named by a profile
+(profile), the object store's credentials (evidence.objectstore), the kernel's environment
+(kernel, load), a store's DSN in the sandbox (sandbox.store), the kubeconfig (targets.kubernetes)
+and the values redaction must hide (evidence.redact).
 
 Everything a user can set is validated here by pydantic before anything is started; a
 validation failure becomes one ConfigError line that names the field.

@@ -8,6 +8,8 @@ inside a function (a deferred import still ties the two modules together), outsi
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import REPOSITORY
@@ -101,3 +103,22 @@ def test_the_graph_reads_the_real_package():
 
 def test_no_module_of_the_package_imports_itself_in_a_circle():
     assert circles(import_graph()) == []
+
+
+def test_importing_drillbooks_chaos_runner_leaves_chaostoolkits_logging_alone():
+    # A plain `chaos run` loads drillbook's control and providers: its progress lines must stay.
+    import logging
+
+    code = ("import logging; logging.getLogger('chaostoolkit').setLevel(logging.INFO); "
+            "import drillbook.chaos.runner, drillbook.chaos.control, drillbook.chaos.actions; "
+            "print(logging.getLogger('chaostoolkit').level)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == logging.INFO
+    from drillbook.chaos.runner import chaoslib_quiet
+
+    logger = logging.getLogger("chaostoolkit")
+    before = logger.level
+    with chaoslib_quiet():
+        assert logger.level == logging.ERROR
+    assert logger.level == before

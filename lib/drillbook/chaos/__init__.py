@@ -1,9 +1,10 @@
 """Chaos Toolkit integration: experiments run through chaoslib with rollbacks always, and the
-actions and probes those experiments name, dispatching to the sandbox or a Kubernetes namespace.
+actions and probes those experiments name, acting through the run's target (drillbook.targets).
 
 - `runner`: run (validate, run, verdict from the journal), plan (dry run), rollback_all
-- `actions`, `probes`: the python providers; `targets`: sandbox and kubernetes
-- `ledger`: every fault written down before it is applied; `scenarios`: typed parameters
+- `control`: the drillbook control chaoslib calls around an experiment; `context`: RunContext
+- `actions`, `probes`: the python providers; undo by fault kind (actions.UNDO)
+- `ledger`: every fault written down, with its undo, before it is applied
 - `traffic`: client traffic the probes drive through a fault
 """
 

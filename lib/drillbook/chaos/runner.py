@@ -22,6 +22,8 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +44,22 @@ if TYPE_CHECKING:
     from drillbook.targets import Target
 
 ROLLBACKS_ALWAYS = {"runtime": {"rollbacks": {"strategy": "always"}}}
-# chaoslib narrates every step at INFO and WARNING; drillbook keeps its own timeline instead.
-logging.getLogger("chaostoolkit").setLevel(logging.ERROR)
 INJECTED_PREFIX = "drillbook_"
+
+
+@contextmanager
+def chaoslib_quiet() -> Iterator[None]:
+    """chaoslib narrates every step at INFO and WARNING; drillbook keeps its own timeline instead,
+    so while drillbook runs an experiment only its errors are logged. Only then: importing
+    drillbook (a plain `chaos run` loads its control and providers) leaves chaostoolkit's
+    logging as the user set it."""
+    logger = logging.getLogger("chaostoolkit")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def experiment_path(name_or_path: str) -> Path:
@@ -272,8 +287,9 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     handlers: list[tuple[int, Any]] = []
     context.follow()  # from here every provider of this run id gets this context; closed in the finally
     try:
-        journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
-                                 event_handlers=[_timeline_handler(timeline, handlers)])
+        with chaoslib_quiet():
+            journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
+                                     event_handlers=[_timeline_handler(timeline, handlers)])
     finally:
         for signum, handler in reversed(handlers):
             signal.signal(signum, handler)
