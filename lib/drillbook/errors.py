@@ -10,7 +10,7 @@ The tree::
     │   ├── StoreUnreachable          a PostgreSQL DSN that cannot be connected to
     │   ├── TargetUnreachable         the workload's gateway does not accept connections
     │   ├── BundleExists              an evidence bundle folder that is already there
-    │   └── GameDayLocked             a second game day on the same target
+    │   └── TargetInUse               a second run that changes a target another run holds
     ├── SandboxError                  the reference platform misbehaved
     │   ├── SandboxNotRunning         a command needs a running sandbox and there is none
     │   ├── SandboxStartFailed        a service did not become ready in time
@@ -71,8 +71,8 @@ class BundleExists(InvalidInput):
     """The bundle folder is already there; evidence is never overwritten."""
 
 
-class GameDayLocked(InvalidInput):
-    """Another game day holds this target."""
+class TargetInUse(InvalidInput):
+    """Another run that changes this target holds its lock (drillbook.runlock)."""
 
 
 class SandboxError(DrillbookError):

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,6 +76,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
 
     from drillbook.evidence import BundleWriter
     from drillbook.kernel import hermetic, interrupt_kernels
+    from drillbook.runlock import TargetLock, changes_target
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import open_target
 
@@ -84,51 +86,55 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     state = profile.state_dir(sandbox_state)
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
     check_against_target(path.stem, parameters, workload)
-    target_argument = str(profile.path) if profile.path.is_file() else profile.name
-    scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
-    work, executed = scratch / "work", scratch / "runbook.ipynb"
-    work.mkdir()
-    bundle = BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=workload.secrets(),
-                          **evidence_settings())
-    ledger = ProcessLedger(state / PROCESSES)
-    run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
-    ending = RunEnding()
-    bundle.event("runner_started", runbook=path.stem, target=profile.name, pid=os.getpid())
+    # One run that changes a target at a time; held until the run is rolled back and sealed.
+    lock: AbstractContextManager[Any] = (TargetLock(profile, f"drillbook run {path.stem}", state)
+                                         if changes_target(path.stem, parameters) else nullcontext())
+    with lock:
+        target_argument = str(profile.path) if profile.path.is_file() else profile.name
+        scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
+        work, executed = scratch / "work", scratch / "runbook.ipynb"
+        work.mkdir()
+        bundle = BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=workload.secrets(),
+                              **evidence_settings())
+        ledger = ProcessLedger(state / PROCESSES)
+        run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
+        ending = RunEnding()
+        bundle.event("runner_started", runbook=path.stem, target=profile.name, pid=os.getpid())
 
-    def stop_between_cells(**_: Any) -> None:  # a signal that came while the kernel was idle
-        SHUTDOWN.check()
+        def stop_between_cells(**_: Any) -> None:  # a signal that came while the kernel was idle
+            SHUTDOWN.check()
 
-    try:
-        if on_start:
-            on_start(bundle.path)
-        with hermetic(scratch / "home") as kernel, SHUTDOWN.gently(interrupt_kernels):
-            try:
-                papermill.execute_notebook(
-                    str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
-                    execution_timeout=execution_timeout, log_output=False, on_cell_start=stop_between_cells,
-                    parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
-                                "drillbook_state_dir": str(state)})
-            except papermill.PapermillExecutionError as failure:
-                ending.cell_failed(failure)
-            except Interrupted as stop:
-                ending.interrupted = stop
-            except Exception as error:  # noqa: BLE001 - a dead kernel, a broken notebook: named in the verdict
-                ending.error = f"the kernel failed: {type(error).__name__}: {error}"
-    except Interrupted as stop:  # before the kernel started
-        ending.interrupted = stop
-    finally:
-        with SHUTDOWN.shielded():
-            if SHUTDOWN.requested and ending.interrupted is None:
-                ending.interrupted = SHUTDOWN.interrupted()
-            summary = wind_up(bundle, path.stem, profile, state, work, executed, ending)
-            ledger.stopped(run_entry, "sealed")
-            shutil.rmtree(scratch, ignore_errors=True)
-    if ending.interrupted is not None:
-        stop = ending.interrupted
-        stop.outcome = [*ending.undone_line(), f"evidence sealed as {bundle.path}"]
-        stop.bundle = bundle.path
-        raise stop
-    return ExecutedRun(path.stem, summary["verdict"], bundle.path, summary)
+        try:
+            if on_start:
+                on_start(bundle.path)
+            with hermetic(scratch / "home") as kernel, SHUTDOWN.gently(interrupt_kernels):
+                try:
+                    papermill.execute_notebook(
+                        str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
+                        execution_timeout=execution_timeout, log_output=False, on_cell_start=stop_between_cells,
+                        parameters={**parameters, "target": target_argument, "drillbook_work_dir": str(work),
+                                    "drillbook_state_dir": str(state)})
+                except papermill.PapermillExecutionError as failure:
+                    ending.cell_failed(failure)
+                except Interrupted as stop:
+                    ending.interrupted = stop
+                except Exception as error:  # noqa: BLE001 - a dead kernel, a broken notebook: named in the verdict
+                    ending.error = f"the kernel failed: {type(error).__name__}: {error}"
+        except Interrupted as stop:  # before the kernel started
+            ending.interrupted = stop
+        finally:
+            with SHUTDOWN.shielded():
+                if SHUTDOWN.requested and ending.interrupted is None:
+                    ending.interrupted = SHUTDOWN.interrupted()
+                summary = wind_up(bundle, path.stem, profile, state, work, executed, ending)
+                ledger.stopped(run_entry, "sealed")
+                shutil.rmtree(scratch, ignore_errors=True)
+        if ending.interrupted is not None:
+            stop = ending.interrupted
+            stop.outcome = [*ending.undone_line(), f"evidence sealed as {bundle.path}"]
+            stop.bundle = bundle.path
+            raise stop
+        return ExecutedRun(path.stem, summary["verdict"], bundle.path, summary)
 
 
 @dataclass

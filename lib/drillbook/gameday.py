@@ -8,8 +8,6 @@ and stops it at the end.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -19,8 +17,9 @@ from pydantic import Field, ValidationError
 
 from drillbook import project
 from drillbook.config import StrictModel, evidence_settings, results_dir, validation_line
-from drillbook.errors import ConfigError, GameDayLocked
+from drillbook.errors import ConfigError
 from drillbook.profile import load_profile
+from drillbook.runlock import TargetLock
 
 if TYPE_CHECKING:
     from drillbook.execute import ExecutedRun
@@ -100,27 +99,6 @@ class GameDayResult:
         return self.verdict == "PASS"
 
 
-class TargetLock:
-    """One game day per target at a time (an exclusive lock held for the whole game day)."""
-
-    def __init__(self, folder: Path, target: str) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"gameday-{target}.lock"
-
-    def __enter__(self) -> "TargetLock":
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise GameDayLocked(f"another game day is running on this target (lock {self.path})") from None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-
-
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
@@ -138,7 +116,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
         sandbox_state = platform.state_dir
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
-    with TargetLock(sandbox_state.parent, profile.name):
+    with TargetLock(profile, f"game day {plan.name}", sandbox_state):
         started_here = platform is not None and not platform.running()
         try:
             if started_here:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from drillbook.errors import ConfigError
 from drillbook.evidence import verify_path
-from drillbook.gameday import GameDayLocked, TargetLock, load_plan, plan_path, run_gameday
+from drillbook.errors import TargetInUse
+from drillbook.gameday import load_plan, plan_path, run_gameday
 from drillbook.sandbox import launcher
 
 pytestmark = pytest.mark.integration
@@ -42,11 +43,21 @@ def test_a_bad_plan_is_refused_before_anything_runs(tmp_path, runbooks, message)
     assert not (tmp_path / "results").exists() and not launcher.is_running(state)
 
 
-def test_a_second_game_day_on_the_same_target_is_refused(tmp_path):
+def test_a_second_game_day_on_the_same_target_is_refused_naming_the_holder(tmp_path):
     state = tmp_path / "state"
-    with TargetLock(state.parent, "sandbox"):  # what a running game day holds
-        with pytest.raises(GameDayLocked, match="another game day"):
+    # What a running game day holds, held by another process (a process may take its own lock again).
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from drillbook.profile import builtin_sandbox; "
+        "from drillbook.runlock import TargetLock\n"
+        f"with TargetLock(builtin_sandbox(), 'game day default', Path({str(state)!r})):\n"
+        "    print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TargetInUse, match=rf"target sandbox \(sandbox .*/state\) is in use by game day default "
+                                              rf"\(pid {holder.pid}, since "):
             run_gameday(plan_path(None), state, tmp_path / "results")
+    finally:
+        holder.communicate("", timeout=30)
     assert not launcher.is_running(state) and not (tmp_path / "results").exists()
 
 

@@ -70,9 +70,13 @@ def chaos_run(
         for line in plan(experiment, variables, configuration):
             console.print(line, soft_wrap=True, markup=False)
         return
-    run_dir = out or Path(tempfile.mkdtemp(prefix="drillbook-chaos-"))
-    err_console.print(f"[dim]…[/] running {experiment} on {target}; journal in {run_dir}")
-    result = run(experiment, configuration, run_dir, variables)
+    from drillbook.profile import load_profile
+    from drillbook.runlock import TargetLock
+
+    with TargetLock(load_profile(target), f"drillbook chaos run {path.stem}", state):  # refused (exit 2) while held
+        run_dir = out or Path(tempfile.mkdtemp(prefix="drillbook-chaos-"))
+        err_console.print(f"[dim]…[/] running {experiment} on {target}; journal in {run_dir}")
+        result = run(experiment, configuration, run_dir, variables)
     table = Table(title=f"{result.experiment} on {target}: {result.verdict}")
     table.add_column("t+ s", justify="right")
     table.add_column("event")

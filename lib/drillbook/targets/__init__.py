@@ -109,6 +109,31 @@ def run_paths(profile: LoadedProfile, state_dir: Path | None = None) -> tuple[Pa
     return state, state.parent / "ledgers" / f"{profile.name}.jsonl"
 
 
+def target_identity(profile: LoadedProfile, state_dir: Path | None = None) -> str:
+    """What a target is, for locking (drillbook.runlock): a sandbox by its state folder, Kubernetes by
+    context and namespace, any other kind by its profile file; one platform under two profile names
+    is one target."""
+    if profile.kind == "sandbox":
+        return f"sandbox {profile.state_dir(state_dir).resolve()}"
+    if profile.kind == "kubernetes" and profile.spec.kubernetes is not None:
+        spec = profile.spec.kubernetes
+        return f"kubernetes context {spec.context} namespace {spec.namespace}"
+    where = profile.path.resolve() if profile.path.is_file() else profile.name
+    return f"{profile.kind} profile {where}"
+
+
+def run_lock_path(profile: LoadedProfile, state_dir: Path | None = None) -> Path:
+    """The file of a target's run lock: the sandbox's own folder, else drillbook's state folder."""
+    import hashlib
+
+    if profile.kind == "sandbox":
+        return profile.state_dir(state_dir) / "run.lock"
+    from drillbook.config import state_dir as default_state_dir
+
+    digest = hashlib.sha256(target_identity(profile).encode()).hexdigest()[:16]
+    return default_state_dir(None) / "locks" / f"{digest}.lock"
+
+
 class OwnedPlatform(Protocol):
     """A platform drillbook itself can start and stop (the sandbox), for a game day that finds it down."""
 
