@@ -138,6 +138,46 @@ def test_key_rotation_keeps_earlier_bundles_valid_and_unsigned_ones_are_a_warnin
     assert only_new.returncode == 1 and only_new.stdout.count("signature-untrusted") == 1
 
 
+def test_a_signature_cannot_be_dropped_once_a_trusted_key_signs(results, tmp_path, keys):
+    for _ in range(2):
+        write_bundle(results, signing_key=keys["team"])
+    forged = write_bundle(results, verdict_value=0.1)  # appended by someone without the team's key
+    trusted = ["--public-key", pub(keys["team"])]
+    done = drillbook("verify", results, *trusted)
+    assert done.returncode == 1, done.stdout
+    assert (f"ERROR {forged.name}: signature-downgrade: unsigned, but sealed after "
+            in done.stdout) and "which a trusted key signed" in done.stdout
+    # A whole history sealed anew without signatures is no better, with trusted keys given.
+    rebuild_history(results, None, runs=2)
+    rebuilt = drillbook("verify", results, *trusted)
+    assert rebuilt.returncode == 1 and "ERROR ledger: signature-downgrade: trusted keys were given but no bundle is " \
+                                       "signed by one" in rebuilt.stdout
+
+
+def test_data_hidden_as_an_unsealed_marker_in_a_sealed_bundle_is_caught(results, tmp_path, keys):
+    witness = tmp_path / "witness.jsonl"
+    bundle = write_bundle(results, signing_key=keys["team"], witness=witness)
+    make_writable(bundle)
+    (bundle / ".unsealed").write_bytes(os.urandom(1 << 20))
+    done = drillbook("verify", results, "--public-key", pub(keys["team"]), "--require-signed", "--expect-head", witness)
+    assert done.returncode == 1
+    assert f"ERROR {bundle.name}: file-unexpected: .unsealed is not listed in the manifest" in done.stdout
+
+
+def test_a_seal_dated_after_the_verifiers_clock_is_caught(results):
+    write_bundle(results)
+    second = write_bundle(results)
+    ledger = results / LEDGER
+    lines = ledger.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["sealed_at"] = "2030-01-01T00:00:00Z"  # a sealing machine's clock set years ahead
+    ledger.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    done = drillbook("verify", results)
+    assert done.returncode == 1
+    assert f"ERROR {second.name}: seal-time-future: sealed at 2030-01-01T00:00:00Z, after this verification's clock" \
+        in done.stdout
+
+
 def test_a_hand_made_unsealed_folder_with_a_pass_is_not_evidence(results):
     write_bundle(results)
     forged = results / "20261203T000000Z_ha-replica-loss_sandbox_f00f00"

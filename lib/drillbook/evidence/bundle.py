@@ -265,10 +265,10 @@ class BundleWriter:
                     "signature": signing.sign(key, digest)}))
             entry = LedgerEntry(len(entries) + 1, self.path.name, digest,
                                 previous.manifest_sha256 if previous else None, manifest["finished_at"], status)
+            (self.path / UNSEALED).unlink()  # before the ledger names it: a sealed bundle holds no marker
             ledger.append(entry)
             if self.witness is not None:  # the history's new head, kept outside the results folder
                 append_witness(self.witness, head_of(self.results_dir, entry, key))
-        (self.path / UNSEALED).unlink()
         make_read_only(self.path)
         self.sealed = SealedBundle(self.path, digest, status)
         return self.sealed

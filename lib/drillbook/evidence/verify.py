@@ -4,7 +4,9 @@ and the ledger head kept outside.
 Each problem is a Finding that names the bundle and, where it can, the file; ``ok`` holds only
 when there is no error-level finding. Trust is explicit: signatures are checked against the
 public keys the auditor names, never a private key that happens to be on the machine; without
-one, signatures are "not checked" (a warning, an error with ``require_signed``). An unsealed
+one, signatures are "not checked" (a warning, an error with ``require_signed``); with one, a
+signature cannot be dropped (an unsigned bundle after a signed one is an error). Seal times after
+the verifier's clock or out of ledger order are findings. An unsealed
 bundle (its run was killed before sealing) is a warning: it is reported, it cannot be trusted,
 and it does not break the chain. A damaged ledger, a ledger line that names a path outside the
 results folder, a hidden folder or a symlink are findings, never a traceback.
@@ -20,10 +22,16 @@ from typing import Any
 
 from drillbook.evidence import signing
 from drillbook.evidence.anchor import check_head
-from drillbook.evidence.bundle import MANIFEST, RESERVED, SIGNATURE, UNSEALED, sha256_file
+from drillbook.evidence.bundle import MANIFEST, SIGNATURE, UNSEALED, sha256_file
 from drillbook.evidence.ledger import BUNDLE_NAME, LEDGER, LedgerEntry, parse_ledger
 
 COMPLETE = "complete"
+# A sealed bundle holds its manifest, its signature and what the manifest lists: nothing else, an
+# unsealed marker neither (sealing removes it before the ledger names the bundle).
+SEALED_RESERVED = {MANIFEST, SIGNATURE}
+# How far a seal's time may run ahead of the verifier's clock, or behind the seal before it in the
+# ledger, before it is a finding (clocks of two machines, NTP steps).
+CLOCK_SKEW_S = 300.0
 LEDGER_FINDING = "ledger"  # the bundle name of findings about the ledger itself
 TRUSTED, UNCHECKED, UNSIGNED = "signed by a trusted key", "signed, not checked", "unsigned"
 
@@ -111,7 +119,7 @@ def check_files(folder: Path, manifest: dict[str, Any], report: VerifyReport) ->
         relative = path.relative_to(folder).as_posix()
         if path.is_symlink() and relative not in listed:
             report.add(folder.name, "file-symlink", f"{relative} is a symlink that is not part of the bundle")
-        elif path.is_file() and relative not in RESERVED and relative not in listed:
+        elif path.is_file() and relative not in SEALED_RESERVED and relative not in listed:
             report.add(folder.name, "file-unexpected", f"{relative} is not listed in the manifest")
 
 
@@ -149,6 +157,49 @@ def check_signature(folder: Path, manifest: dict[str, Any], digest: str, trusted
         report.add(folder.name, "signature-untrusted", f"signed by key {info['fingerprint'][:16]}…, which is not trusted")
     else:
         report.signatures[folder.name] = TRUSTED
+
+
+def check_downgrade(entries: list[LedgerEntry], trusted: set[str] | None, report: VerifyReport) -> None:
+    """With trusted keys given, a signature cannot be dropped: an unsigned bundle sealed after one
+    signed by a trusted key is an error (a forged bundle with its signature removed), and so is a
+    history with no bundle signed by a trusted key at all. Unsigned bundles from before the first
+    signed one stay a warning: the history from before the team made its key."""
+    if trusted is None:
+        return
+    order = [entry.bundle for entry in entries if entry.bundle in report.signatures]
+    first = next((i for i, name in enumerate(order) if report.signatures[name] == TRUSTED), None)
+    if first is None:
+        if any(report.signatures[name] == UNSIGNED for name in order):
+            report.add(LEDGER_FINDING, "signature-downgrade", "trusted keys were given but no bundle is signed by "
+                                                            "one: a history sealed without signatures vouches for nothing")
+        return
+    for name in order[first + 1:]:
+        if report.signatures[name] == UNSIGNED:
+            report.add(name, "signature-downgrade", f"unsigned, but sealed after {order[first]}, which a trusted key "
+                                                    "signed: a signature cannot be dropped")
+
+
+def check_seal_times(entries: list[LedgerEntry], report: VerifyReport, now: float | None = None) -> None:
+    """A seal dated after the verifier's clock, or well before the seal the ledger puts before it,
+    is a finding: a clock set wrong (or set on purpose) would stretch or reorder the history."""
+    import time
+    from datetime import datetime
+
+    now = time.time() if now is None else now
+    previous: tuple[str, float] | None = None
+    for entry in entries:
+        try:
+            at = datetime.fromisoformat(entry.sealed_at.replace("Z", "+00:00")).timestamp()
+        except (ValueError, AttributeError):
+            report.add(entry.bundle, "seal-time-invalid", f"sealed_at {entry.sealed_at!r} is not a time")
+            continue
+        if at > now + CLOCK_SKEW_S:
+            report.add(entry.bundle, "seal-time-future", f"sealed at {entry.sealed_at}, after this verification's "
+                                                         "clock: the sealing machine's clock was wrong")
+        if previous is not None and at < previous[1] - CLOCK_SKEW_S:
+            report.add(entry.bundle, "seal-time-order", f"sealed at {entry.sealed_at}, before {previous[0]}, which "
+                                                        "the ledger puts before it")
+        previous = (entry.bundle, at)
 
 
 def check_bundle(folder: Path, entry: LedgerEntry, trusted: set[str] | None, require_signed: bool,
@@ -265,6 +316,8 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     elif path.name not in seen:
         report.checked.append(path.name)
         _check_unsealed(path, report)
+    check_downgrade(entries, trusted, report)
+    check_seal_times(entries, report)
     if trusted is None and report.signatures:
         signed = sum(1 for state in report.signatures.values() if state != UNSIGNED)
         carried = (f"{signed} signed bundle(s) were checked only against the key each carries, which anyone can "
