@@ -150,20 +150,6 @@ def scale_down_landing(after: Sequence[ReplicaObservation], issued_at: float, re
                    + (f" and {last.stopping} still stopping" if last.stopping else ""))
 
 
-def scale_up_landing(after: Sequence[ReplicaObservation], issued_at: float, replicas: int) -> Landing:
-    """A scale up is seen in the first reading that started at or after it was issued and shows at
-    least `replicas` ready: until then what it starts (an aggressor tenant flooding the model
-    tier, say) is not yet there, and a window measured from the call would count time without it."""
-    for seen in _in_order(after):
-        if seen.started >= issued_at and not seen.error and seen.ready >= replicas:
-            return Landing(True, seen.ended, f"{seen.ready} ready (desired {seen.desired})")
-    readings = [o for o in after if o.started >= issued_at and not o.error]
-    if not readings:
-        return Landing(False, None, "no reading after the scale")
-    return Landing(False, None, f"{len(readings)} readings after the scale, the last with {readings[-1].ready} "
-                                f"ready of {replicas}")
-
-
 def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:
     """When the replicas were back: the end of the first reading that started after the fault
     was seen to land (`landed_at`) and showed full readiness, followed without a gap by

@@ -78,8 +78,9 @@ def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):
 
 def test_noisy_neighbour_fails_without_fair_sharing(sandbox_factory, tmp_path):
     handle = sandbox_factory(tokens_per_second=200, defects=["no-fair-sharing"])
-    result = run("noisy-neighbour", sandbox_configuration(handle.state_dir), tmp_path / "run",
-                 {"baseline_s": 2.0, "burst_s": 3.0})
+    # The experiment's own windows (3 s, 5 s): with the aggressor still starting in the first of a
+    # 3 s burst, a busy machine measured 2.5 times the baseline here, under the 3.0 budget.
+    result = run("noisy-neighbour", sandbox_configuration(handle.state_dir), tmp_path / "run", {})
     assert result.verdict == "FAIL", result.reasons
     assert result.measurements["isolation"]["victim_p95_ratio"] > 3.0
     assert replicas(handle)["aggressor"] == 0

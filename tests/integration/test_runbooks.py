@@ -195,7 +195,7 @@ def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):
 
 
 def test_noisy_neighbour_passes_with_fair_sharing_and_fails_without(sandbox_factory, tmp_path):
-    fast = {"baseline_s": "2", "burst_s": "3"}
+    fast: dict[str, str] = {}  # the runbook's own windows: a 3 s burst let a busy machine dilute the flood
     fair = sandbox_factory(tokens_per_second=200)
     passed = execute("noisy-neighbour", overrides=fast, results=tmp_path / "fair", sandbox_state=fair.state_dir)
     assert passed.verdict == "PASS", passed.explain()

@@ -5,7 +5,7 @@ readiness that flaps, a fault that never lands, readings out of order, none, one
 from __future__ import annotations
 
 from drillbook.evidence.summary import RunSummary, SloCheck
-from drillbook.measure import (kill_landing, load_needed_after_fault, recovered_at, scale_down_landing, scale_up_landing,
+from drillbook.measure import (kill_landing, load_needed_after_fault, recovered_at, scale_down_landing,
                                store_loss_landing)
 from drillbook.observation import ReplicaObservation as R
 from drillbook.observation import StoreObservation as S
@@ -186,13 +186,3 @@ def test_a_scale_to_zero_lands_only_once_no_replica_is_still_stopping():
     # a reading kept before this field existed reads as nothing stopping
     assert R.from_json({"started": 1.0, "ended": 2.0, "desired": 0, "ready": 0, "ids": []}).stopping == 0
 
-
-def test_a_scale_up_is_seen_only_when_a_reading_begun_after_it_shows_the_replicas_ready():
-    # A reading that began before the call may show what was there already; one begun after it
-    # showing fewer ready than asked is not the scale yet (an aggressor still starting floods nothing).
-    assert not scale_up_landing([R(99.9, 100.3, desired=1, ready=1)], KILL, 1).landed
-    starting = [R(100.1 + i, 100.2 + i, desired=1, ready=0) for i in range(2)]
-    not_yet = scale_up_landing(starting, KILL, 1)
-    assert not not_yet.landed and not_yet.seen == "2 readings after the scale, the last with 0 ready of 1"
-    assert scale_up_landing([*starting, R(102.5, 102.6, desired=1, ready=1)], KILL, 1).at == 102.6
-    assert not scale_up_landing([R(100.1, 100.2, error="connection refused")], KILL, 1).landed

@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
 from drillbook.errors import FaultNotLanded
-from drillbook.measure import Landing, kill_landing, scale_down_landing, scale_up_landing, store_loss_landing
+from drillbook.measure import Landing, kill_landing, scale_down_landing, store_loss_landing
 from drillbook.observation import ReplicaObservation, StoreObservation
 from drillbook.targets.capabilities import ReplicaAddresses
 
@@ -121,8 +121,9 @@ def observe_store(run: RunContext) -> StoreObservation:
 def scale_service(service: str, replicas: int, if_present: bool = False,
                   configuration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Scale a service (to zero too); the ledger remembers the previous count for the rollback.
-    Returns once the scale is seen in the target's readings begun after it: down, no more than
-    `replicas` ready and none still stopping; up, `replicas` ready.
+    A scale down returns once it is seen in the target's readings begun after it (no more than
+    `replicas` ready, none still stopping); a scale up returns at once (see the note on
+    noisy-neighbour in README.md's landing table).
 
     if_present: a workload without this tier (no separate inference tier, say) is left alone,
     and the answer says so.
@@ -134,11 +135,10 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
     fault = run.ledger.record(run.run_id, run.target.name, "scale",
                               {"op": "scale", "service": service, "replicas": previous}, service=service, to=replicas)
     run.target.scale(service, replicas)
-    if replicas == previous:
+    if replicas >= previous:
         return {"service": service, "from": previous, "to": replicas}
-    landing_of = scale_up_landing if replicas > previous else scale_down_landing
     landing, readings = _until_landed(lambda: run.target.observe(service),
-                                      lambda seen: landing_of(seen, fault.at, replicas),
+                                      lambda seen: scale_down_landing(seen, fault.at, replicas),
                                       SCALE_LANDING_TIMEOUT_S)
     run.append_measurement("scaled", {"service": service, "at": fault.at, "from": previous, "to": replicas,
                                       "landed": landing.to_json(), "observations": [o.to_json() for o in readings]})
