@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, r
 import httpx
 
 from drillbook.errors import ConfigError, DeliveryError
+from drillbook.plugins import VERIFIERS
 
 if TYPE_CHECKING:
     from drillbook.agentapi import ReadBack
     from drillbook.profile import LoadedProfile
 
-VERIFIER_GROUP = "drillbook.verifiers"
+VERIFIER_GROUP = VERIFIERS
 NOT_VERIFIABLE = "none"
 
 
@@ -149,19 +150,19 @@ def readback_verifier(gateway_url: str, tenant_keys: dict[str, str], profile: "L
 
 
 def available_verifiers() -> list[str]:
-    from importlib.metadata import entry_points
+    from drillbook.plugins import installed
 
-    return sorted({entry.name for entry in entry_points(group=VERIFIER_GROUP)})
+    return sorted({entry.name for entry in installed(VERIFIER_GROUP)})
 
 
 def verifier_for(profile: "LoadedProfile", gateway_url: str, tenant_keys: dict[str, str]) -> Verifier | None:
     """The profile's verifier from the entry point group, or None when it declares none."""
-    from importlib.metadata import entry_points
+    from drillbook.plugins import installed
 
     name = profile.spec.delivery.verifier
     if name == NOT_VERIFIABLE:
         return None
-    found = [entry for entry in entry_points(group=VERIFIER_GROUP) if entry.name == name]
+    found = [entry for entry in installed(VERIFIER_GROUP) if entry.name == name]
     if not found:
         raise ConfigError(f"{profile.path.name}: invalid delivery.verifier: no {VERIFIER_GROUP} entry point named "
                           f"{name!r}; installed: {', '.join(available_verifiers()) or 'none'}")

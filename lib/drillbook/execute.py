@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -76,7 +75,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
 
     from drillbook.evidence import BundleWriter
     from drillbook.kernel import hermetic, interrupt_kernels
-    from drillbook.runlock import TargetLock, changes_target
+    from drillbook.runlock import run_lock
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import open_target
 
@@ -86,10 +85,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     state = profile.state_dir(sandbox_state)
     workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
     check_against_target(path.stem, parameters, workload)
-    # One run that changes a target at a time; held until the run is rolled back and sealed.
-    lock: AbstractContextManager[Any] = (TargetLock(profile, f"drillbook run {path.stem}", state)
-                                         if changes_target(path.stem, parameters) else nullcontext())
-    with lock:
+    with run_lock(profile, path.stem, parameters, state):  # held until the run is rolled back and sealed
         target_argument = str(profile.path) if profile.path.is_file() else profile.name
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
         work, executed = scratch / "work", scratch / "runbook.ipynb"

@@ -59,18 +59,16 @@ def shipped_dir() -> Path | None:
     return None
 
 
-SCENARIO_GROUP = "drillbook.scenarios"
-
-
 def scenario_package_dirs() -> list[Path]:
     """The folders of the scenario packages installed here (entry-point group drillbook.scenarios,
     each naming the module that declares its scenarios): a package keeps its notebooks in
     runbooks/ and its experiments in experiments/ beside that module. Found without importing."""
-    from importlib.metadata import entry_points
     from importlib.util import find_spec
 
+    from drillbook.plugins import SCENARIOS, installed
+
     found = []
-    for entry in entry_points(group=SCENARIO_GROUP):
+    for entry in installed(SCENARIOS):
         try:
             spec = find_spec(entry.value.split(":", 1)[0])
         except (ImportError, ValueError):

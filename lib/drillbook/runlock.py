@@ -7,8 +7,8 @@ replicas of one platform at once would each measure the other's fault and could 
 
 The lock is keyed on what the target is, not what it is called: a sandbox by its state folder, a
 Kubernetes target by its context and namespace, any other kind by its profile file. Its file is
-the sandbox's own `run.lock`, or `locks/<digest>.lock` in drillbook's state folder for the
-others; `flock` holds it, so a holder that dies (even by SIGKILL) lets go. It locks runs on one
+the sandbox's own `run.lock`, or `locks/<digest>.lock` beside the fault ledgers for the others
+(drillbook.targets.run_lock_path); `flock` holds it, so a holder that dies (even by SIGKILL) lets go. It locks runs on one
 machine: runs from different machines on one cluster are not seen here.
 
 Read-only runbooks (triage, dry runs) take no lock. A process may take a lock it holds already
@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,14 +81,20 @@ class TargetLock:
 
     def __exit__(self, *exc: object) -> None:
         key = str(self.path)
-        held = _HELD.get(key)
-        if held is None:
-            return
+        held = _HELD[key]
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
             fcntl.flock(held[0], fcntl.LOCK_UN)
             os.close(held[0])
+
+
+def run_lock(profile: "LoadedProfile", runbook: str, parameters: dict[str, Any],
+             state_dir: Path | None = None) -> AbstractContextManager[Any]:
+    """The lock a run of this runbook holds on its target: none when it only reads it."""
+    if not changes_target(runbook, parameters):
+        return nullcontext()
+    return TargetLock(profile, f"drillbook run {runbook}", state_dir)
 
 
 def _read_holder(fd: int) -> str:

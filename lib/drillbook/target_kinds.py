@@ -12,19 +12,18 @@ Kept free of the profile and target modules, so that both can ask it without an 
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from drillbook.errors import ConfigError
-
-GROUP = "drillbook.targets"
+from drillbook.plugins import TARGETS as GROUP
+from drillbook.plugins import installed
 BUILT_IN = ("sandbox", "kubernetes", "commands")
 
 
 def added_kinds() -> dict[str, Any]:
     """The kinds installed packages add, by name (entry points, not loaded yet). A package cannot
     replace one of drillbook's own."""
-    return {entry.name: entry for entry in entry_points(group=GROUP) if entry.name not in BUILT_IN}
+    return {entry.name: entry for entry in installed(GROUP) if entry.name not in BUILT_IN}
 
 
 def known_kinds() -> list[str]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from drillbook.profile import builtin_sandbox
-from drillbook.runlock import changes_target
 from drillbook.targets import run_lock_path
 from tests.helpers import wait_for
 
@@ -67,10 +66,3 @@ def test_a_second_run_on_a_held_sandbox_is_refused_and_a_run_on_another_sandbox_
                            env=environment(held.state_dir), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
 
-
-def test_read_only_runbooks_and_dry_runs_take_no_lock():
-    assert changes_target("ha-replica-loss", {}) and changes_target("restore-drill", {})
-    assert not changes_target("agent-latency-triage", {})
-    assert not changes_target("shed-noisy-tenant", {"dry_run": True})
-    assert changes_target("shed-noisy-tenant", {"dry_run": False})
-    assert changes_target("a-notebook-of-my-own", {})  # declares nothing: taken to change its target

@@ -185,4 +185,3 @@ def test_a_scale_to_zero_lands_only_once_no_replica_is_still_stopping():
     assert scale_down_landing([*stopping, gone], KILL, 0).at == 100.9
     # a reading kept before this field existed reads as nothing stopping
     assert R.from_json({"started": 1.0, "ended": 2.0, "desired": 0, "ready": 0, "ids": []}).stopping == 0
-

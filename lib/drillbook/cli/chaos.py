@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
@@ -17,17 +17,18 @@ from drillbook.cli.app import (
     name_value_pairs,
 )
 
+if TYPE_CHECKING:
+    from drillbook.profile import LoadedProfile
+
 chaos_app = typer.Typer(no_args_is_help=True, help="Chaos Toolkit experiments, rollbacks always.")
 app.add_typer(chaos_app, name="chaos")
 
 
-def _target_configuration(target: str, state: Optional[Path]) -> dict:
+def _target_configuration(profile: "LoadedProfile", state: Optional[Path]) -> dict:
     """The profile's target, checked (allow-list, running sandbox, tenant keys) before anything runs."""
     from drillbook.chaos.runner import target_configuration
-    from drillbook.profile import load_profile
     from drillbook.targets import target_for
 
-    profile = load_profile(target)
     directory = profile.state_dir(state)
     target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
     return target_configuration(profile, directory)
@@ -61,19 +62,20 @@ def chaos_run(
 
     from drillbook.chaos import plan, run
     from drillbook.chaos.runner import experiment_path, load, parameters_for
+    from drillbook.profile import load_profile
 
     variables = _variables(var)
     path = experiment_path(experiment)
     parameters_for(load(path), path.stem, variables)  # bad input stops here, before anything runs
-    configuration = _target_configuration(target, state)
+    profile = load_profile(target)
+    configuration = _target_configuration(profile, state)
     if dry_run:
         for line in plan(experiment, variables, configuration):
             console.print(line, soft_wrap=True, markup=False)
         return
-    from drillbook.profile import load_profile
     from drillbook.runlock import TargetLock
 
-    with TargetLock(load_profile(target), f"drillbook chaos run {path.stem}", state):  # refused (exit 2) while held
+    with TargetLock(profile, f"drillbook chaos run {path.stem}", state):  # refused (exit 2) while held
         run_dir = out or Path(tempfile.mkdtemp(prefix="drillbook-chaos-"))
         err_console.print(f"[dim]…[/] running {experiment} on {target}; journal in {run_dir}")
         result = run(experiment, configuration, run_dir, variables)
@@ -113,7 +115,7 @@ def rollback_command(
     stopped = ProcessLedger(directory / PROCESSES).stop_orphans()
     for line in stopped:
         console.print(f"stopped: {line}", soft_wrap=True, markup=False)
-    done = rollback_all(_target_configuration(target, state))
+    done = rollback_all(_target_configuration(profile, state))
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
     sealed = recover_killed_runs(profile, directory)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,9 +184,6 @@ def check_downgrade(entries: list[LedgerEntry], trusted: set[str] | None, report
 def check_seal_times(entries: list[LedgerEntry], report: VerifyReport, now: float | None = None) -> None:
     """A seal dated after the verifier's clock, or well before the seal the ledger puts before it,
     is a finding: a clock set wrong (or set on purpose) would stretch or reorder the history."""
-    import time
-    from datetime import datetime
-
     now = time.time() if now is None else now
     previous: tuple[str, float] | None = None
     for entry in entries:

@@ -117,24 +117,18 @@ def control_of(runbook: str) -> str:
     return declared.control if declared else UNKNOWN_CONTROL
 
 
-LOAD_PROBLEMS: dict[str, str] = {}  # entry point -> why its scenario package did not load
-
-
 def load_scenario_packages() -> None:
     """Import every scenario package installed here (entry-point group drillbook.scenarios); each
-    registers its scenarios as drillbook's own modules do. One that does not load is named once on
-    stderr and left out: a broken package must not stop `verify` or a report on other evidence."""
+    registers its scenarios as drillbook's own modules do. One that does not load is named on
+    stderr and left out: a broken package must not stop `verify` or a report on other evidence.
+    Called once, when drillbook.scenarios is first imported."""
     import sys
-    from importlib.metadata import entry_points
 
-    from drillbook.project import SCENARIO_GROUP
+    from drillbook.plugins import SCENARIOS, installed
 
-    for entry in entry_points(group=SCENARIO_GROUP):
-        if entry.value in LOAD_PROBLEMS:
-            continue
+    for entry in installed(SCENARIOS):
         try:
             entry.load()
         except Exception as error:  # noqa: BLE001 - named, not raised
-            LOAD_PROBLEMS[entry.value] = f"{type(error).__name__}: {error}"
             print(f"drillbook: scenario package {entry.name} ({entry.value}) does not load, left out: "
-                  f"{LOAD_PROBLEMS[entry.value]}", file=sys.stderr)
+                  f"{type(error).__name__}: {error}", file=sys.stderr)

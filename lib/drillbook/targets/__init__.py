@@ -123,15 +123,15 @@ def target_identity(profile: LoadedProfile, state_dir: Path | None = None) -> st
 
 
 def run_lock_path(profile: LoadedProfile, state_dir: Path | None = None) -> Path:
-    """The file of a target's run lock: the sandbox's own folder, else drillbook's state folder."""
+    """The file of a target's run lock: in a sandbox's own folder; for other kinds beside the
+    ledgers (run_paths), named by the target's identity, not the profile's name."""
     import hashlib
 
+    state, ledger = run_paths(profile, state_dir)
     if profile.kind == "sandbox":
-        return profile.state_dir(state_dir) / "run.lock"
-    from drillbook.config import state_dir as default_state_dir
-
+        return state / "run.lock"
     digest = hashlib.sha256(target_identity(profile).encode()).hexdigest()[:16]
-    return default_state_dir(None) / "locks" / f"{digest}.lock"
+    return ledger.parent.parent / "locks" / f"{digest}.lock"
 
 
 class OwnedPlatform(Protocol):
