@@ -41,6 +41,7 @@ class Defect(str, enum.Enum):
     EMPTY_BACKUPS = "empty-backups"  # backups are written, claim the store's counts, and hold an empty store
     SLOW_RESTART = "slow-restart"  # a killed replica comes back only after SLOW_RESTART_S
     STALE_STATUS = "stale-status"  # the status answers what it saw up to STALE_STATUS_S ago
+    NOOP_FLOOD = "noop-flood"  # the aggressor starts and reports ready; it sends nothing
 
 
 SLOW_MODEL_LOAD_S = 8.0
@@ -93,7 +94,9 @@ class SandboxConfig(StrictModel):
     )
     defects: list[Defect] = Field(default_factory=list, description="built-in defects to switch on")
     aggressor_tenant: str | None = Field(None, description="tenant the aggressor service floods as (default: last)")
-    aggressor_concurrency: Annotated[int, Field(ge=1, le=256)] = Field(16, description="sessions per aggressor")
+    aggressor_concurrency: Annotated[int, Field(ge=1, le=256)] = Field(
+        32, description="sessions per aggressor: eight times the default slots, so a first-come-first-served "
+        "tier queues a victim's every chunk behind seven rounds of the flood")
     aggressor_tokens: Annotated[int, Field(ge=1, le=4096)] = Field(64, description="tokens per aggressor turn")
     aggressor_max_s: Annotated[float, Field(gt=0, le=3600)] = Field(300.0, description="aggressor flood time bound")
 

@@ -328,7 +328,9 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
 
 def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline_s: float, burst_s: float,
                     max_victim_p95_ratio: float, max_victim_error_rate: float) -> dict[str, Any]:
-    """Victim alone, then victim while an aggressor floods inference; ratio, queue wait and slot share."""
+    """Victim alone, then victim while an aggressor floods inference (its window opens once the
+    flood is seen queueing at the shared tier, and is judged only if it held there through the
+    window); ratio, queue wait and slot share."""
     before = run.model_metrics()
     result = run.chaos("noisy-neighbour", victim_tenant=victim_tenant, victim_sessions=victim_sessions,
                        baseline_s=baseline_s, burst_s=burst_s, max_victim_p95_ratio=max_victim_p95_ratio)
@@ -341,6 +343,12 @@ def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline
              max(1.0, after[tenant].get("queue_wait_count", 0.0) - before.get(tenant, {}).get("queue_wait_count", 0.0))
              for tenant in after}
     run.record("experiment_verdict", result.verdict)
+    flood = result.measurements.get("flood") or {}
+    run.record("flood_seen", (flood.get("landed") or {}).get("seen"))
+    run.record("flood_landed_after_s", round(flood["landed"]["at"] - flood["at"], 3)
+               if (flood.get("landed") or {}).get("at") else None, "s")
+    held = (result.measurements.get("contention") or {}).get("seen") or {}
+    run.record("flood_oversubscription", held.get("oversubscription"))
     run.record("victim_p95_ratio", isolation.get("victim_p95_ratio"))
     run.record("victim_baseline_p95_ms", (isolation.get("baseline") or {}).get("p95_ms"), "ms")
     run.record("victim_burst_p95_ms", (isolation.get("during") or {}).get("p95_ms"), "ms")

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from drillbook.evidence.summary import SloCheck
-from drillbook.observation import ReplicaObservation, StoreObservation
+from drillbook.observation import ReplicaObservation, StoreObservation, TierObservation
 
 
 SUSTAIN_READINGS = 3  # readings in a row at full readiness before replicas count as back (HA)
@@ -148,6 +148,108 @@ def scale_down_landing(after: Sequence[ReplicaObservation], issued_at: float, re
     last = readings[-1]
     return Landing(False, None, f"{len(readings)} readings after the scale, the last with {last.ready} ready"
                    + (f" and {last.stopping} still stopping" if last.stopping else ""))
+
+
+# A flood's chunks wait at least one of their own slot holds each: the tier asked for twice what it has.
+FLOOD_OVERSUBSCRIPTION = 1.0
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What the tenants other than a victim did at a shared tier between two readings: the
+    slot-seconds they held, the seconds their chunks of generation waited for a slot, and how
+    many chunks began. `oversubscription` is waited over held: how many of their own slot holds
+    each chunk waited on average (0: a slot was always free; 1: the tier was asked for about
+    twice the slots it has; None: they held no slot)."""
+
+    since: float
+    until: float
+    held_s: float
+    waited_s: float
+    chunks: float
+
+    @property
+    def oversubscription(self) -> float | None:
+        return self.waited_s / self.held_s if self.held_s > 0 else None
+
+    def describe(self) -> str:
+        if self.oversubscription is None:
+            return f"the other tenants held no slot in {self.until - self.since:.1f}s"
+        return (f"the other tenants held {self.held_s:.2f} slot-seconds in {self.until - self.since:.1f}s and their "
+                f"{self.chunks:.0f} chunks waited {self.oversubscription:.2f} of their own slot holds each")
+
+    def to_json(self) -> dict[str, object]:
+        return {"since": self.since, "until": self.until, "held_s": self.held_s, "waited_s": self.waited_s,
+                "chunks": self.chunks, "oversubscription": self.oversubscription}
+
+
+def contention(earlier: TierObservation, later: TierObservation, victim: str) -> Contention | None:
+    """The other tenants' use of the tier between two readings: from the end of the earlier
+    (nothing after it was in it) to the start of the later. None when either reading failed or a
+    counter went back (a replica restarted, or one answered in one reading and not the other):
+    then the change is not what happened between them."""
+    if earlier.error or later.error or later.started < earlier.ended:
+        return None
+    totals = {"gpu_seconds": 0.0, "queue_wait_sum": 0.0, "queue_wait_count": 0.0}
+    for tenant in set(earlier.usage) | set(later.usage):
+        if tenant == victim:
+            continue
+        for name in totals:
+            change = later.usage.get(tenant, {}).get(name, 0.0) - earlier.usage.get(tenant, {}).get(name, 0.0)
+            if change < 0:
+                return None
+            totals[name] += change
+    return Contention(earlier.ended, later.started, totals["gpu_seconds"], totals["queue_wait_sum"],
+                      totals["queue_wait_count"])
+
+
+def flood_landing(readings: Sequence[TierObservation], issued_at: float, victim: str,
+                  needed: float = FLOOD_OVERSUBSCRIPTION) -> Landing:
+    """An aggressor's flood is seen at the shared tier between two consecutive readings, both
+    begun at or after the call that started it, in which the tenants other than the victim held
+    slots and their chunks waited at least `needed` of their own slot holds: the tier was asked
+    for more than it has. Replicas that are ready, or an aggressor that sends, are not that:
+    a flood the tier absorbs without a queue leaves nothing for isolation to protect."""
+    after = sorted((r for r in readings if r.started >= issued_at and not r.error), key=lambda r: r.started)
+    best: Contention | None = None
+    for earlier, later in zip(after, after[1:]):
+        seen = contention(earlier, later, victim)
+        if seen is None or seen.oversubscription is None:
+            continue
+        if seen.oversubscription >= needed:
+            return Landing(True, later.ended, seen.describe())
+        if best is None or seen.oversubscription > (best.oversubscription or 0.0):
+            best = seen
+    failed = [r for r in readings if r.started >= issued_at and r.error]
+    if len(after) < 2:
+        why = f"; the last failed: {failed[-1].error}" if failed else ""
+        return Landing(False, None, f"{len(after)} answered readings of the shared tier after the call{why}")
+    if best is None:
+        return Landing(False, None, f"{len(after)} readings of the shared tier after the call; the tenants other than "
+                                    f"{victim} held no slot between any two")
+    return Landing(False, None, f"{len(after)} readings of the shared tier after the call; at most {best.describe()} "
+                                f"({needed:g} needed)")
+
+
+def flood_held_through(landed: TierObservation, after: Sequence[TierObservation], victim: str,
+               needed: float = FLOOD_OVERSUBSCRIPTION) -> Landing:
+    """A flood seen to land (`landed`: the reading that saw it) held through the window that
+    followed when, over the whole window (from that reading to the first of `after`, taken when
+    the window ended), the other tenants' chunks waited at least `needed` of their own holds,
+    and the tier still queued for them between the first two readings of `after`: a flood that
+    stopped in the window is not there at its end, whatever its average says."""
+    if len(after) < 2:
+        return Landing(False, None, f"{len(after)} readings of the shared tier after the window (2 needed)")
+    whole, still = contention(landed, after[0], victim), contention(after[0], after[1], victim)
+    for part, seen in (("over the window", whole), ("at its end", still)):
+        if seen is None:
+            failed = next((r.error for r in after[:2] if r.error), "")
+            return Landing(False, None, f"no change {part}: " + (failed or "the tier's counters went back (a replica "
+                                                                           "restarted or did not answer)"))
+        if seen.oversubscription is None or seen.oversubscription < needed:
+            return Landing(False, None, f"{part}, {seen.describe()} ({needed:g} needed)")
+    assert whole is not None
+    return Landing(True, after[1].ended, whole.describe())
 
 
 def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:

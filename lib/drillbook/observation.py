@@ -105,6 +105,41 @@ class StoreObservation:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class TierObservation:
+    """One reading of a shared tier's per-tenant counters (the model server's, summed over its
+    replicas): for each tenant the slot-seconds it has held (`gpu_seconds`), and the time its
+    chunks of generation waited for a slot and how many there were (`queue_wait_sum`,
+    `queue_wait_count`). The counters run from each replica's start, so only the change between
+    two readings says what happened between them. `error` says why a reading got no answer."""
+
+    started: float
+    ended: float
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TierObservation":
+        return cls(data["started"], data["ended"], {tenant: dict(counters) for tenant, counters in
+                                                    (data.get("usage") or {}).items()}, data.get("error", ""))
+
+
+def observe_tier(read: Callable[[], dict[str, dict[str, float]]]) -> TierObservation:
+    """Take one reading of a shared tier's per-tenant counters with `read`, stamped with when it
+    started and ended; a failed reading, or one that found no counters at all, is kept with why."""
+    started = time.time()
+    try:
+        usage = read()
+    except Exception as error:  # noqa: BLE001 - an unanswered reading is an observation too
+        return TierObservation(started, time.time(), error=f"{type(error).__name__}: {error}"[:200])
+    if not usage:
+        return TierObservation(started, time.time(), error="no per-tenant counters answered")
+    return TierObservation(started, time.time(), {tenant: dict(counters) for tenant, counters in usage.items()})
+
+
 @dataclass
 class ObservationLog:
     """Readings appended to a JSONL file as they are taken (a run cut short keeps them)."""

@@ -1,16 +1,20 @@
 """Defects that lie: the platform answers as if it had done the work and did not. No drill may
 PASS on them, and each says why: a fault not seen to land is ERROR "fault did not take effect",
 a slow recovery is FAIL with a figure never earlier than the truth, a restore that restores
-nothing is FAIL naming what was missing. On the reference platform (sandbox) and on tinyagent, a
+nothing is FAIL naming what was missing, a noisy neighbour that floods nothing (or stops) is
+ERROR. On the reference platform (sandbox) and on tinyagent, a
 workload driven through a commands profile alone, whose pool logs its own truth."""
 
 from __future__ import annotations
 
 import pytest
 
+from drillbook.chaos import run as chaos_run
+from drillbook.chaos.runner import sandbox_configuration
 from drillbook.evidence.recompute import recompute_bundle
 from drillbook.execute import execute
 from drillbook.runbook import recorded
+from tests.integration.test_chaos import replicas
 from tests.integration.test_own_workload import tinyagent  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
@@ -168,3 +172,28 @@ def test_a_missing_kubeconfig_is_error_naming_it_not_a_measured_fail(tmp_path, m
     assert any("no-such-kubeconfig" in text for text in errors), errors
     page = (tmp_path / "report.html").read_text()
     assert "ERROR" in page and "no-such-kubeconfig" in page
+
+
+def test_an_aggressor_that_floods_nothing_is_error_not_a_pass_for_isolation(sandbox_factory, tmp_path):
+    # Ready and quiet: a victim measured beside it would pass on an idle tier, first come first served or not.
+    handle = sandbox_factory(tokens_per_second=200, defects=["noop-flood", "no-fair-sharing"])
+    result = chaos_run("noisy-neighbour", sandbox_configuration(handle.state_dir), tmp_path / "run",
+                       {"flood_timeout_s": 3})
+    assert result.verdict == "ERROR", result.reasons
+    assert result.reasons[0].startswith(NOT_LANDED) and "held no slot between any two" in result.reasons[0]
+    flood = result.measurements["flood"]  # every reading of the tier is kept, from the call on
+    assert not flood["landed"]["landed"] and len(flood["observations"]) >= 2
+    assert all(o["started"] >= flood["at"] for o in flood["observations"])
+    assert replicas(handle)["aggressor"] == 0  # the rollback scaled it back all the same
+
+
+def test_a_flood_that_stops_in_the_victims_window_is_error_not_a_pass(sandbox_factory, tmp_path):
+    # It floods for 2.5 s from its start: seen to land, then gone before the 5 s window ends.
+    handle = sandbox_factory(tokens_per_second=200, defects=["no-fair-sharing"], aggressor_max_s=2.5)
+    executed = execute("noisy-neighbour", overrides={}, results=tmp_path / "results", sandbox_state=handle.state_dir)
+    assert executed.verdict == "ERROR", executed.explain()
+    reason = executed.summary["reason"]
+    assert reason.startswith(NOT_LANDED) and "held through the victim's window" in reason, reason
+    assert "at its end, the other tenants held no slot" in reason, reason
+    found = values(executed)
+    assert found["flood_seen"] and 0 < found["flood_landed_after_s"] < 2.5

@@ -1,14 +1,16 @@
 """A fault must be seen to land, and a figure must come from what was seen: the pure functions
 over recorded readings, fed the traps that gave false PASSes (a reading that spans the kill,
-readiness that flaps, a fault that never lands, readings out of order, none, one)."""
+readiness that flaps, a fault that never lands, readings out of order, none, one; a flood whose
+counters are an earlier run's, or that the tier absorbs without a queue)."""
 
 from __future__ import annotations
 
 from drillbook.evidence.summary import RunSummary, SloCheck
-from drillbook.measure import (kill_landing, load_needed_after_fault, recovered_at, scale_down_landing,
-                               store_loss_landing)
+from drillbook.measure import (contention, flood_held_through, flood_landing, kill_landing, load_needed_after_fault,
+                               recovered_at, scale_down_landing, store_loss_landing)
 from drillbook.observation import ReplicaObservation as R
 from drillbook.observation import StoreObservation as S
+from drillbook.observation import TierObservation as T
 
 KILL = 100.0
 
@@ -185,3 +187,68 @@ def test_a_scale_to_zero_lands_only_once_no_replica_is_still_stopping():
     assert scale_down_landing([*stopping, gone], KILL, 0).at == 100.9
     # a reading kept before this field existed reads as nothing stopping
     assert R.from_json({"started": 1.0, "ended": 2.0, "desired": 0, "ready": 0, "ids": []}).stopping == 0
+
+
+def tier(started: float, aggressor: tuple[float, float, float] | None = None, victim: float = 0.0,
+         error: str = "") -> T:
+    """A reading of the shared tier: the aggressor's (slot-seconds held, seconds waited, chunks)
+    so far, and the victim's slot-seconds (its waits counted too, never the aggressor's)."""
+    usage = {"tenant-a": {"gpu_seconds": victim, "queue_wait_sum": 10 * victim, "queue_wait_count": 100 * victim}}
+    if aggressor is not None:
+        held, waited, chunks = aggressor
+        usage["tenant-b"] = {"gpu_seconds": held, "queue_wait_sum": waited, "queue_wait_count": chunks}
+    return T(started, started + 0.05, {} if error else usage, error)
+
+
+def test_a_flood_lands_only_where_the_tier_queues_for_it_between_two_readings_after_the_call():
+    # the counters of a flood from an earlier run, read before this call, are no evidence of this one
+    assert not flood_landing([tier(99.0, (50, 150, 2000)), tier(100.1, (50, 150, 2000))], KILL, "tenant-a").landed
+    # replicas ready and an aggressor that sends, on a tier with slots to spare: no queue, no flood
+    idle = [tier(100.0 + i / 4, (0.5 * i, 0.01 * i, 25 * i)) for i in range(1, 6)]
+    absorbed = flood_landing(idle, KILL, "tenant-a")
+    assert not absorbed.landed and "waited 0.02 of their own slot holds each (1 needed)" in absorbed.seen
+    # the victim queueing behind its own traffic is not the aggressor's flood
+    alone = [tier(100.1 + i, victim=float(i)) for i in range(4)]
+    assert "held no slot" in flood_landing(alone, KILL, "tenant-a").seen
+    # the flood arrives: between the 3rd and 4th reading its chunks waited 3 holds each
+    arriving = [tier(100.1, (0, 0, 0)), tier(100.4, (0.1, 0.0, 5)), tier(100.7, (0.2, 0.05, 10)),
+                tier(101.0, (1.0, 2.45, 50))]
+    landed = flood_landing(arriving, KILL, "tenant-a")
+    assert landed.landed and landed.at == 101.05 and "waited 3.00 of their own slot holds each" in landed.seen
+    # one reading after the call is not a change; a failed one is said
+    assert flood_landing([tier(100.1, (1, 3, 50))], KILL, "tenant-a").seen == \
+        "1 answered readings of the shared tier after the call"
+    failed = flood_landing([tier(100.1, (1, 3, 50)), tier(100.4, error="ConnectError: refused")], KILL, "tenant-a")
+    assert not failed.landed and failed.seen.endswith("the last failed: ConnectError: refused")
+
+
+def test_counters_that_went_back_are_no_change_at_all():
+    # a model replica restarted (or one answered in one reading only): its counters began again
+    restarted = [tier(100.1, (40, 120, 1600)), tier(100.4, (0.2, 0.6, 8))]
+    assert contention(*restarted, "tenant-a") is None
+    assert not flood_landing(restarted, KILL, "tenant-a").landed
+    # a reading that began before the earlier one ended spans it: no interval between them
+    assert contention(tier(100.4), tier(100.42), "tenant-a") is None
+    held = contention(tier(100.1, (1, 1, 40)), tier(105.1, (9, 25, 440), victim=3.0), "tenant-a")
+    assert held is not None and (held.held_s, held.waited_s, held.chunks) == (8, 24, 400)
+    assert held.oversubscription == 3.0 and (round(held.since, 6), held.until) == (100.15, 105.1)
+    assert contention(tier(100.1, (1, 1, 40)), tier(101.1, (1, 1, 40)), "tenant-a").oversubscription is None
+
+
+def test_a_flood_holds_through_a_window_only_if_it_queued_over_it_and_still_at_its_end():
+    landed = tier(101.0, (1, 3, 50))
+    through = [tier(106.0, (21, 63, 1050)), tier(106.3, (22.2, 66.6, 1110))]
+    held = flood_held_through(landed, through, "tenant-a")
+    assert held.landed and held.at == 106.35 and "waited 3.00 of their own slot holds each" in held.seen
+    # stopped a second into the window: its average over the window still says 3 holds, its end says none
+    stopped = [tier(106.0, (5, 15, 250)), tier(106.3, (5, 15, 250))]
+    gone = flood_held_through(landed, stopped, "tenant-a")
+    assert not gone.landed and gone.seen.startswith("at its end, the other tenants held no slot")
+    # absorbed over the window: 0.1 of a hold each is no queue for isolation to protect
+    thin = flood_held_through(landed, [tier(106.0, (21, 5, 1050)), tier(106.3, (22.2, 8.6, 1110))], "tenant-a")
+    assert not thin.landed and thin.seen.startswith("over the window,") and "(1 needed)" in thin.seen
+    # a model replica restarted in the window, or the end reading failed: no change to judge
+    assert "went back" in flood_held_through(landed, [tier(106.0, (0.5, 1, 20)), through[1]], "tenant-a").seen
+    failed = flood_held_through(landed, [through[0], tier(106.3, error="ReadTimeout")], "tenant-a")
+    assert not failed.landed and failed.seen == "no change at its end: ReadTimeout"
+    assert flood_held_through(landed, through[:1], "tenant-a").seen.endswith("(2 needed)")

@@ -4,10 +4,10 @@ before applying it, so that rollbacks and `drillbook rollback` can always put th
 each kind of undo is registered by the `op` it is written with (UNDO, @undoes).
 
 A fault must be seen to land: after the call that makes it, each action reads the target again
-(readiness and replica identities after a kill; readiness after a scale down; store health and
-read-back after a disaster) until the effect is observed or LANDING_TIMEOUT_S passes. The
-readings are kept as measurements; a fault not seen to land raises FaultNotLanded, and the run
-is ERROR.
+(readiness and replica identities after a kill; readiness after a scale down; the shared tier's
+queue after an aggressor starts; store health and read-back after a disaster) until the effect
+is observed or its bound passes. The readings are kept as measurements; a fault not seen to land
+raises FaultNotLanded, and the run is ERROR.
 """
 
 from __future__ import annotations
@@ -18,16 +18,19 @@ from typing import Any, Callable, TypeVar
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.ledger import Fault
 from drillbook.errors import FaultNotLanded
-from drillbook.measure import Landing, kill_landing, scale_down_landing, store_loss_landing
-from drillbook.observation import ReplicaObservation, StoreObservation
-from drillbook.targets.capabilities import ReplicaAddresses
+from drillbook.measure import Landing, flood_landing, kill_landing, scale_down_landing, store_loss_landing
+from drillbook.observation import ReplicaObservation, StoreObservation, TierObservation, observe_tier
+from drillbook.targets.capabilities import ReplicaAddresses, TenantMetrics
 
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
-R = TypeVar("R", ReplicaObservation, StoreObservation)
+R = TypeVar("R", ReplicaObservation, StoreObservation, TierObservation)
 SCALE_LANDING_TIMEOUT_S = 120.0  # every replica gone: a pod's termination grace (30 s by default) and its node's slow confirm
+FLOOD_LANDING_TIMEOUT_S = 120.0  # an aggressor's pods scheduled, pulled, started and flooding
+FLOOD_INTERVAL_S = 0.25  # between readings of the shared tier: enough chunks in each change to judge
 
-__all__ = ["kill_replicas", "scale_service", "backup_store", "destroy_store", "restore_store", "undo_faults"]
+__all__ = ["kill_replicas", "scale_service", "start_aggressor", "backup_store", "destroy_store", "restore_store",
+           "undo_faults"]
 
 
 def kill_replicas(service: str, count: int = 1, signal: str = "SIGKILL",
@@ -84,7 +87,8 @@ def _replica_reader(target: Any, service: str
 
 
 def _until_landed(read: Callable[[], R], judge: Callable[[list[R]], Landing],
-                  bound_s: float = LANDING_TIMEOUT_S) -> tuple[Landing, list[R]]:
+                  bound_s: float = LANDING_TIMEOUT_S, interval_s: float = LANDING_INTERVAL_S
+                  ) -> tuple[Landing, list[R]]:
     """Take readings until `judge` sees the fault in them, or bound_s passes (its last verdict
     then); returns the verdict and every reading taken."""
     deadline = time.monotonic() + bound_s
@@ -94,7 +98,7 @@ def _until_landed(read: Callable[[], R], judge: Callable[[list[R]], Landing],
         landing = judge(readings)
         if landing.landed or time.monotonic() >= deadline:
             return landing, readings
-        time.sleep(LANDING_INTERVAL_S)
+        time.sleep(interval_s)
 
 
 def observe_store(run: RunContext) -> StoreObservation:
@@ -122,8 +126,8 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
                   configuration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Scale a service (to zero too); the ledger remembers the previous count for the rollback.
     A scale down returns once it is seen in the target's readings begun after it (no more than
-    `replicas` ready, none still stopping); a scale up returns at once (see the note on
-    noisy-neighbour in README.md's landing table).
+    `replicas` ready, none still stopping); a scale up returns at once (replicas that are ready
+    are not yet what they do: start_aggressor sees a flood where it lands).
 
     if_present: a workload without this tier (no separate inference tier, say) is left alone,
     and the answer says so.
@@ -131,10 +135,7 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
     run = RunContext.of(configuration or {})
     if if_present and not run.target.has(service):
         return {"service": service, "absent": True}
-    previous = run.target.desired(service)
-    fault = run.ledger.record(run.run_id, run.target.name, "scale",
-                              {"op": "scale", "service": service, "replicas": previous}, service=service, to=replicas)
-    run.target.scale(service, replicas)
+    fault, previous = _scale(run, service, replicas)
     if replicas >= previous:
         return {"service": service, "from": previous, "to": replicas}
     landing, readings = _until_landed(lambda: run.target.observe(service),
@@ -144,6 +145,43 @@ def scale_service(service: str, replicas: int, if_present: bool = False,
                                       "landed": landing.to_json(), "observations": [o.to_json() for o in readings]})
     if not landing.landed:
         raise FaultNotLanded(f"{service} scaled from {previous} to {replicas}", landing.seen, SCALE_LANDING_TIMEOUT_S)
+    return {"service": service, "from": previous, "to": replicas, "seen": landing.seen}
+
+
+def _scale(run: RunContext, service: str, replicas: int) -> tuple[Fault, int]:
+    """Write the scale to the ledger with the count to go back to, then ask for it."""
+    previous = run.target.desired(service)
+    fault = run.ledger.record(run.run_id, run.target.name, "scale",
+                              {"op": "scale", "service": service, "replicas": previous}, service=service, to=replicas)
+    run.target.scale(service, replicas)
+    return fault, previous
+
+
+def start_aggressor(victim_tenant: str, service: str = "aggressor", replicas: int = 1,
+                    timeout_s: float = FLOOD_LANDING_TIMEOUT_S,
+                    configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Scale up a tenant that floods shared inference (the rollback scales it back), and return
+    once the flood is seen where the victim would feel it: in the shared tier's per-tenant
+    counters (TenantMetrics), read every FLOOD_INTERVAL_S from the call on, the tenants other
+    than the victim hold slots and their chunks queue for them (measure.flood_landing). Ready
+    aggressor replicas are not that: a flood still starting, or one the tier absorbs, would let
+    the victim's window measure an idle tier and pass. Not seen within timeout_s:
+    FaultNotLanded, the run is ERROR. The readings are kept (measurement "flood")."""
+    run = RunContext.of(configuration or {})
+    target = run.target
+    if not isinstance(target, TenantMetrics):
+        raise FaultNotLanded(f"{service} scaled to {replicas}", f"nothing: target {target.name} offers no "
+                             "per-tenant counters of its shared tier (TenantMetrics), so no flood can be seen there")
+    fault, previous = _scale(run, service, replicas)
+    landing, readings = _until_landed(lambda: observe_tier(target.tenant_metrics),
+                                      lambda seen: flood_landing(seen, fault.at, victim_tenant),
+                                      float(timeout_s), FLOOD_INTERVAL_S)
+    run.record_measurement("flood", {"service": service, "at": fault.at, "from": previous, "to": replicas,
+                                     "victim": victim_tenant, "landed": landing.to_json(),
+                                     "observations": [o.to_json() for o in readings]})
+    if not landing.landed:
+        raise FaultNotLanded(f"{service} scaled from {previous} to {replicas} to flood the shared tier",
+                             landing.seen, float(timeout_s))
     return {"service": service, "from": previous, "to": replicas, "seen": landing.seen}
 
 

@@ -16,15 +16,18 @@ from typing import Any
 import httpx
 
 from drillbook.agentapi import open_session, receipt, send_turn
+from drillbook.chaos.actions import FLOOD_INTERVAL_S
 from drillbook.chaos.context import RunContext, wait_until
 from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery
 from drillbook.evidence.summary import SloCheck
-from drillbook.measure import restore_figures
+from drillbook.errors import FaultNotLanded
+from drillbook.measure import FLOOD_OVERSUBSCRIPTION, contention, flood_held_through, restore_figures
+from drillbook.observation import TierObservation, observe_tier
 
 __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
-           "traffic_error_rate_below", "victim_p95_ratio_within", "first_request_from_zero", "cold_start_within",
-           "write_sessions", "verify_restore", "store_recovered", "promql_within"]
+           "traffic_error_rate_below", "victim_p95_ratio_within", "flood_held", "first_request_from_zero",
+           "cold_start_within", "write_sessions", "verify_restore", "store_recovered", "promql_within"]
 
 
 def all_replicas_ready(service: str, timeout_s: float = 30.0, configuration: dict[str, Any] | None = None) -> bool:
@@ -101,6 +104,32 @@ def victim_p95_ratio_within(max_ratio: float, victim_tenant: str, sessions: int 
     run.record_measurement("isolation", {"victim_p95_ratio": ratio, "baseline": baseline.summary(),
                                          "during": during.summary(), "victim_error_rate": during.error_rate})
     return not math.isnan(ratio) and ratio <= max_ratio and during.error_rate == 0
+
+
+def flood_held(victim_tenant: str, needed: float = FLOOD_OVERSUBSCRIPTION,
+               configuration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """After the victim's window: the shared tier read twice more (FLOOD_INTERVAL_S apart), and
+    the flood judged from the reading that saw it land (start_aggressor's last) through the
+    window to its end (measure.flood_held_through; kept as measurement "contention"). A flood that did
+    not hold did not share the victim's window: FaultNotLanded, and the run is ERROR."""
+    run = RunContext.of(configuration or {})
+    flood = run.measurement("flood") or {}
+    observations = flood.get("observations") or []
+    if not (flood.get("landed") or {}).get("landed") or not observations:
+        raise FaultNotLanded("the aggressor's flood held through the victim's window",
+                             "no flood seen to land before it")
+    landed = TierObservation.from_json(observations[-1])
+    after = [observe_tier(run.target.tenant_metrics)]
+    time.sleep(FLOOD_INTERVAL_S)
+    after.append(observe_tier(run.target.tenant_metrics))
+    held = flood_held_through(landed, after, victim_tenant, needed)
+    whole = contention(landed, after[0], victim_tenant)
+    run.record_measurement("contention", {"landed": landed.to_json(), "after": [o.to_json() for o in after],
+                                          "held": held.to_json(), "needed": needed,
+                                          "seen": None if whole is None else whole.to_json()})
+    if not held.landed:
+        raise FaultNotLanded("the aggressor's flood held through the victim's window", held.seen)
+    return held.to_json()
 
 
 def first_request_from_zero(idle_s: float = 1.0, tenant: str | None = None,

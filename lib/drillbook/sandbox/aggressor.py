@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from drillbook.config import Defect
 from drillbook.sandbox.service import ServiceContext, run_service
 
 
@@ -29,6 +30,7 @@ class Aggressor:
         self.concurrency = config.aggressor_concurrency
         self.tokens = config.aggressor_tokens
         self.max_s = config.aggressor_max_s
+        self.idle = config.has(Defect.NOOP_FLOOD)  # ready, and floods nothing
         self.registry = CollectorRegistry()
         self.sent = Counter("drillbook_aggressor_turns", "Turns the aggressor sent", ["outcome"], registry=self.registry)
         self.tasks: list[asyncio.Task[None]] = []
@@ -37,7 +39,7 @@ class Aggressor:
         self.http = aiohttp.ClientSession(base_url=self.gateway, headers={"Authorization": f"Bearer {self.key}"},
                                           timeout=aiohttp.ClientTimeout(total=120))
         stop_at = time.monotonic() + self.max_s
-        self.tasks = [asyncio.create_task(self.flood(stop_at)) for _ in range(self.concurrency)]
+        self.tasks = [] if self.idle else [asyncio.create_task(self.flood(stop_at)) for _ in range(self.concurrency)]
 
     async def stop(self, app: web.Application) -> None:
         for task in self.tasks:

@@ -24,6 +24,7 @@ class NoisyNeighbourExperiment(Parameters):
     baseline_s: Seconds = BASELINE_S
     burst_s: Seconds = BURST_S
     aggressor_replicas: Count = 1
+    flood_timeout_s: Seconds = 120.0  # the aggressor started and seen queueing at the shared tier
     max_victim_p95_ratio: Ratio = MAX_P95_RATIO
     safeguard_max_error_rate: Fraction = 0.5
 
@@ -38,9 +39,16 @@ class NoisyNeighbourParameters(Parameters):
 
 
 def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") -> str | None:
+    """The victim is one of the target's tenants, and the target shows per-tenant use of its
+    shared tier: the aggressor's flood is seen to land there, or nothing can be judged."""
+    from drillbook.targets.capabilities import TenantMetrics
+
     _, keys = target.gateway()
     if parameters.victim_tenant not in keys:
         return f"victim_tenant {parameters.victim_tenant!r} is not a tenant of the target ({', '.join(keys)})"
+    if not isinstance(target, TenantMetrics):
+        return (f"target {target.name} offers no per-tenant counters of its shared tier (TenantMetrics), so the "
+                "aggressor's flood could not be seen to land")
     return None
 
 
