@@ -264,3 +264,37 @@ def test_unusable_input_is_one_line_and_exit_2(results, tmp_path):
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("drillbook: ") and message in lines[0], (args, lines)
+
+
+def test_deleting_a_failed_runs_folder_does_not_raise_the_report_score(results, tmp_path):
+    for value in (1.5, 1.5, 1.5):
+        write_bundle(results, verdict_value=value)
+    failed = write_bundle(results, verdict_value=6.0)  # over its 5 s SLO: FAIL
+    page = tmp_path / "report.html"
+    assert drillbook("report", results, "-o", page).returncode == 0
+    assert "75.0 / 100" in page.read_text() and ">UNVERIFIED<" not in page.read_text()
+    remove_bundle(failed)  # what someone with write access to the results folder can do
+    assert drillbook("report", results, "-o", page).returncode == 0
+    html = page.read_text()
+    assert "75.0 / 100" in html and "100.0 / 100" not in html
+    assert failed.name in html and ">UNVERIFIED<" in html  # still listed, as a run that did not pass
+    listed = drillbook("list", results)
+    assert failed.name[-6:] in listed.stdout and "MISSING" in listed.stdout, listed.stdout
+
+
+def test_a_report_over_a_cut_tail_gives_no_score_with_the_head_kept_outside(results, tmp_path):
+    witness = tmp_path / "auditor" / "witness.jsonl"
+    for value in (1.5, 6.0):
+        write_bundle(results, verdict_value=value, witness=witness)
+    newest = read_ledger(results)[-1].bundle
+    remove_bundle(results / newest)  # the FAIL, folder and ledger line both gone
+    drop_last_ledger_line(results)
+    page = tmp_path / "report.html"
+    assert drillbook("report", results, "-o", page).returncode == 0
+    assert "100.0 / 100" in page.read_text()  # the chain alone cannot see it ...
+    assert "no kept head given (--expect-head)" in page.read_text()  # ... and the page says so
+    done = drillbook("report", results, "-o", page, "--expect-head", witness)
+    assert done.returncode == 0, done.stdout
+    html = page.read_text()
+    assert "no score" in html and "100.0 / 100" not in html
+    assert f"withheld: the ledger has 1 entries but the head kept in {witness} names entry 2 ({newest})" in html

@@ -111,6 +111,10 @@ def head_command(
                   f"{'' if head['signing'] else ' unsigned: no signing key is configured'}", soft_wrap=True)
 
 
+EXPECT_HEAD_HELP = ("A ledger head kept outside (`drillbook head -o`, or the $DRILLBOOK_WITNESS file): the "
+                    "ledger must still hold it.")
+
+
 @app.command("verify")
 def verify_command(
     path: Optional[str] = typer.Argument(None, help=EVIDENCE_HELP),
@@ -119,8 +123,7 @@ def verify_command(
                                         help="Fail when a signature is missing or cannot be checked against a "
                                              "trusted key."),
     expect_head: Optional[Path] = typer.Option(None, "--expect-head",
-                                               help="A ledger head kept outside (`drillbook head -o`, or the "
-                                                    "$DRILLBOOK_WITNESS file): the ledger must still hold it."),
+                                               help=EXPECT_HEAD_HELP),
     allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
                                           help="Exit 0 even when some runs were interrupted, killed or never sealed."),
     recompute: bool = typer.Option(False, "--recompute",
@@ -203,12 +206,15 @@ def report_command(
     metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Also write verdicts and figures as "
                                                 "Prometheus metrics (textfile collector format)."),
     pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Also push them to this Pushgateway URL."),
+    expect_head: Optional[Path] = typer.Option(None, "--expect-head",
+                                               help=EXPECT_HEAD_HELP),
 ) -> None:
     """Write the auditor's HTML report: every run of the period under its control.
 
     Whatever its verdict, each run counts; the page shows the score, trends with thresholds,
     verification findings and each bundle's digest."""
     from drillbook.config import output_file
+    from drillbook.evidence.anchor import read_head
     from drillbook.evidence.report import PeriodEvidence, write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
@@ -220,7 +226,9 @@ def report_command(
 
         pushgateway_ready(pushgateway)
     with _evidence(path) as (target, source):
-        evidence = PeriodEvidence.read(target, trusted, start, end, source)  # verified once, for every output
+        evidence = PeriodEvidence.read(target, trusted, start, end, source,  # verified once, for every output
+                                       expected_head=read_head(expect_head, target) if expect_head else None,
+                                       head_source=str(expect_head) if expect_head else "")
         console.print(f"report written to {write_report(evidence, output)}")
         if junit is not None:
             console.print(f"JUnit XML written to {write_junit(evidence, junit)}")

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders
+from drillbook.evidence.ledger import LEDGER, parse_ledger
 from drillbook.evidence.summary import RunSummary
 
 GAMEDAY_PREFIX = "gameday-"  # a game day's own bundle is named for its plan: gameday-<plan>
+MISSING = "missing"  # a bundle the ledger names whose folder is gone
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class BundleRow:
     def verdict(self) -> str:
         if self.status == "unsealed":
             return "UNSEALED"
+        if self.status == MISSING:
+            return "MISSING"
         return self.summary.verdict if self.summary else ("ERROR" if self.status != "complete" else "—")
 
     @property
@@ -55,6 +59,8 @@ class BundleRow:
         """Why the verdict is what it is, in one line (empty for a plain PASS)."""
         if self.status == "unsealed":
             return "never sealed: the run was killed before it could seal its evidence"
+        if self.status == MISSING:
+            return "sealed into the ledger, and its folder is gone"
         if self.status == "no manifest":
             return "no manifest: not a bundle drillbook sealed"
         if self.status == "damaged":
@@ -105,9 +111,29 @@ def read_row(folder: Path) -> BundleRow:
                      hashlib.sha256(data).hexdigest(), summary)
 
 
+def missing_rows(results_dir: Path, present: set[str]) -> list[BundleRow]:
+    """The bundles the ledger names whose folders are gone: each is still a run, of the runbook
+    and target its name says, sealed when the ledger says, that did not pass. (Deleting a FAIL
+    bundle must not raise a score.) A damaged ledger gives what it still lets be read."""
+    path = Path(results_dir) / LEDGER
+    if not path.is_file():
+        return []
+    entries, _ = parse_ledger(path.read_text(encoding="utf-8", errors="replace"))
+    rows = []
+    for entry in entries:
+        if entry.bundle in present:
+            continue
+        parts = entry.bundle.split("_")
+        runbook, target = (parts[1], "_".join(parts[2:-1]) or "?") if len(parts) >= 4 else ("?", "?")
+        rows.append(BundleRow(Path(results_dir) / entry.bundle, runbook, target, MISSING, entry.sealed_at,
+                              entry.manifest_sha256, None))
+    return rows
+
+
 def list_bundles(results_dir: Path) -> list[BundleRow]:
-    """Every bundle, newest first."""
+    """Every bundle, newest first: each folder, and each bundle the ledger names whose folder is gone."""
     rows = [read_row(folder) for folder in bundle_folders(Path(results_dir))]
+    rows += missing_rows(results_dir, {row.name for row in rows})
     return sorted(rows, key=lambda row: (row.finished_at or row.name, row.name), reverse=True)
 
 

@@ -19,12 +19,14 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow, list_bundles
-from drillbook.evidence.verify import TRUSTED, UNSIGNED, EvidenceSource, VerifyReport, verify_evidence
+from drillbook.evidence.verify import (LEDGER_FINDING, TRUSTED, UNSIGNED, EvidenceSource, VerifyReport,
+                                      verify_evidence)
 from drillbook.plots import pyplot
 from drillbook.scenarios import Figure, Scenario, controls
 
@@ -221,6 +223,16 @@ def resilience_score(sections: list[ControlSection]) -> float | None:
     return 100 * sum(shares) / len(shares) if shares else None
 
 
+HISTORY_BROKEN = ("history-cut", "history-rewritten")  # the ledger no longer holds the head kept outside
+
+
+def score_withheld(verification: VerifyReport) -> str | None:
+    """Why no score can be given: a ledger that does not hold the head kept outside has lost, or
+    had rewritten, runs that cannot be placed under any control, so no share of them is known."""
+    broken = next((f for f in verification.findings if f.bundle == LEDGER_FINDING and f.kind in HISTORY_BROKEN), None)
+    return None if broken is None else f"withheld: {broken.detail}"
+
+
 def signatures_line(verification: VerifyReport, trusted: set[str] | None) -> str:
     """How signatures were checked, as counted: never "where present" when none are."""
     counts = verification.signature_counts()
@@ -253,12 +265,17 @@ class PeriodEvidence:
 
     @classmethod
     def read(cls, results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
-             until: datetime | None = None, source: EvidenceSource | None = None) -> "PeriodEvidence":
+             until: datetime | None = None, source: EvidenceSource | None = None,
+             expected_head: dict[str, Any] | None = None, head_source: str = "") -> "PeriodEvidence":
         """source: where the evidence was read from, with what that place itself showed (an
-        object store's findings and head), when it is not the results folder itself."""
+        object store's findings and head), when it is not the results folder itself.
+        expected_head: a ledger head kept outside (`drillbook head`), which the ledger must still
+        hold: without one, a ledger cut at its tail cannot be told from a short one."""
         period = Period(since, until)
         rows = [r for r in list_bundles(results_dir) if period.holds(r)]
-        return cls(results_dir, period, rows, verify_evidence(results_dir, trusted, source), trusted, source)
+        verification = verify_evidence(results_dir, trusted, source, expected_head=expected_head,
+                                       head_source=head_source)
+        return cls(results_dir, period, rows, verification, trusted, source)
 
     @property
     def failed(self) -> set[str]:
@@ -283,9 +300,11 @@ def render(evidence: PeriodEvidence) -> str:
         generated_at=_stamp(datetime.now(timezone.utc)), version=__version__,
         results_dir=evidence.source.name if evidence.source else str(evidence.results_dir),
         period=evidence.period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
-        score=resilience_score(sections), score_definition=SCORE_DEFINITION,
+        score=None if score_withheld(verification) else resilience_score(sections),
+        withheld=score_withheld(verification), score_definition=SCORE_DEFINITION,
         findings=verification.findings, failed=failed, checked=len(verification.checked),
         signatures=signatures_line(verification, evidence.trusted), shown_verdict=shown_verdict,
+        head=verification.head or "no kept head given (--expect-head): a ledger cut at its tail cannot be seen",
         history=verification.entries,
     )
 
