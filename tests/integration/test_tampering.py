@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,66 @@ def test_a_report_over_a_cut_tail_gives_no_score_with_the_head_kept_outside(resu
     html = page.read_text()
     assert "no score" in html and "100.0 / 100" not in html
     assert f"withheld: the ledger has 1 entries but the head kept in {witness} names entry 2 ({newest})" in html
+
+
+LIVE_RUN = """
+import sys
+from drillbook.evidence.bundle import BundleWriter
+with BundleWriter(sys.argv[1], "ha-replica-loss", "sandbox", {"users": 4}) as bundle:
+    print(bundle.path.name, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_live_run_is_shown_running_and_counted_once_it_is_sealed_or_killed(results, tmp_path):
+    for _ in range(2):
+        write_bundle(results)
+    page = tmp_path / "report.html"
+    with subprocess.Popen([sys.executable, "-c", LIVE_RUN, str(results)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as live:
+        try:
+            name = live.stdout.readline().strip()
+            assert drillbook("report", results, "-o", page).returncode == 0
+            html = page.read_text()
+            assert "100.0 / 100" in html and ">RUNNING<" in html  # not a run that failed (83.3 before)
+            checked = drillbook("verify", results)
+            assert checked.returncode == 0, checked.stdout  # not incomplete evidence: not evidence yet
+            assert f"{name}: running: a run in progress (pid {live.pid})" in checked.stdout, checked.stdout
+        finally:
+            live.kill()  # killed mid-run: now it is a run that never sealed
+    assert drillbook("report", results, "-o", page).returncode == 0
+    assert "66.7 / 100" in page.read_text() and ">UNSEALED<" in page.read_text()
+    assert drillbook("verify", results).returncode == 1
+    assert drillbook("verify", results, "--allow-incomplete").returncode == 0
+
+
+def test_verify_during_a_seal_waits_for_it_and_finds_nothing_wrong(results):
+    import fcntl
+
+    write_bundle(results)
+    sealing = write_bundle(results)
+    ledger = results / LEDGER
+    lines = ledger.read_text().splitlines(keepends=True)
+    make_writable(results)
+    # A seal between its manifest and its ledger line, as the sealer holds it: the folder sealed,
+    # the ledger not yet naming it, the ledger's lock held.
+    with open(ledger, "r+", encoding="utf-8") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(len("".join(lines[:-1]).encode()))
+        verify = subprocess.Popen([sys.executable, "-m", "drillbook", "verify", str(results)], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "250"})
+        try:
+            waiting = f"{verify.pid} "
+            deadline = time.monotonic() + 60
+            while not any("->" in line and waiting in line for line in Path("/proc/locks").read_text().splitlines()):
+                assert verify.poll() is None and time.monotonic() < deadline, "verify did not wait for the seal"
+                time.sleep(0.05)
+            held.seek(0, os.SEEK_END)
+            held.write(lines[-1])  # the seal appends its line and lets go
+            held.flush()
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+    output, _ = verify.communicate(timeout=60)
+    assert verify.returncode == 0, output
+    assert "not-in-ledger" not in output and "Traceback" not in output
+    assert "2 bundles checked, 2 intact, 0 errors" in output and "history: 2 ledger entries" in output, output

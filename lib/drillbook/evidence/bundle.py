@@ -38,6 +38,7 @@ from drillbook.evidence import signing
 from drillbook.evidence.anchor import append_witness, head_of
 from drillbook.evidence.ledger import LEDGER, LedgerEntry, canonical_json, read_ledger
 from drillbook.evidence.redact import Redactor
+from drillbook.processes import same_process, start_ticks
 
 FORMAT = "drillbook-evidence/1"
 MANIFEST = "manifest.json"
@@ -95,6 +96,30 @@ def git_state(root: Path) -> dict[str, Any] | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return {"revision": revision.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def writer_running(marker: Mapping[str, Any]) -> bool:
+    """Whether the process that began an unsealed bundle (its marker's pid and start time) is still
+    running on this machine: then the run is live, not killed. A marker without a start time (an
+    older one) is never taken for live, since its pid may have been given to another process."""
+    pid, ticks = marker.get("pid"), marker.get("pid_start_ticks")
+    return isinstance(pid, int) and isinstance(ticks, int) and same_process(pid, ticks)
+
+
+def read_ledger_text(results_dir: Path) -> str:
+    """The ledger as it stands between seals: read under a shared lock, which waits for a seal in
+    progress (it holds the exclusive one from its manifest to its ledger line). Empty if absent."""
+    path = results_dir / LEDGER
+    try:
+        handle = open(path, "r", encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        except OSError:  # a file system without locks: read it as it is
+            pass
+        return handle.read()
 
 
 class _LedgerLock:
@@ -166,7 +191,8 @@ class BundleWriter:
         # The marker names the run, so that a bundle whose process was killed can still be sealed.
         (self.path / UNSEALED).write_text(json.dumps({
             "run_id": self.run_id, "runbook": runbook, "target": target, "started_at": utc_iso(self.started),
-            "pid": os.getpid(), "parameters": self.parameters, "extra": self.extra}, default=str))
+            "pid": os.getpid(), "pid_start_ticks": start_ticks(os.getpid()), "parameters": self.parameters,
+            "extra": self.extra}, default=str))
 
     @classmethod
     def resume(cls, path: Path, *, secrets: list[str] | tuple[str, ...] = (), signing_key: Path | None = None,

@@ -7,12 +7,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders
+from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders, writer_running
 from drillbook.evidence.ledger import LEDGER, parse_ledger
 from drillbook.evidence.summary import RunSummary
 
 GAMEDAY_PREFIX = "gameday-"  # a game day's own bundle is named for its plan: gameday-<plan>
 MISSING = "missing"  # a bundle the ledger names whose folder is gone
+RUNNING = "running"  # an unsealed bundle whose writer is still alive: a live run, not yet evidence
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class BundleRow:
             return "UNSEALED"
         if self.status == MISSING:
             return "MISSING"
+        if self.status == RUNNING:
+            return "RUNNING"
         return self.summary.verdict if self.summary else ("ERROR" if self.status != "complete" else "—")
 
     @property
@@ -61,6 +64,8 @@ class BundleRow:
             return "never sealed: the run was killed before it could seal its evidence"
         if self.status == MISSING:
             return "sealed into the ledger, and its folder is gone"
+        if self.status == RUNNING:
+            return "still running: not evidence yet, and not counted"
         if self.status == "no manifest":
             return "no manifest: not a bundle drillbook sealed"
         if self.status == "damaged":
@@ -86,7 +91,7 @@ def _unsealed_row(folder: Path) -> BundleRow:
         except (json.JSONDecodeError, UnicodeDecodeError):
             named = {}
     runbook = str(named.get("runbook") or (folder.name.split("_")[1] if folder.name.count("_") >= 2 else "?"))
-    status = "unsealed" if marker.is_file() else "no manifest"
+    status = (RUNNING if writer_running(named) else "unsealed") if marker.is_file() else "no manifest"
     return BundleRow(folder, runbook, str(named.get("target", "?")), status, str(named.get("started_at", "")), None,
                      None)
 

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drillbook.evidence.catalog import BundleRow, GameDayRows
+from drillbook.evidence.catalog import RUNNING, BundleRow, GameDayRows
 from drillbook.evidence.summary import SloCheck
 
 PASSING_VERDICTS = ("PASS", "FAIL")  # verdicts of a run that judged what it measured
@@ -126,8 +126,9 @@ def write(suites: list[Suite], output: Path, name: str = "drillbook") -> Path:
 
 
 def report_suites(rows: list[BundleRow], failed: set[str]) -> list[Suite]:
-    """Every run of a period, oldest first; game-day summaries are left out (their runs are in)."""
-    runs = [row for row in rows if row.gameday_plan is None]
+    """Every run of a period, oldest first; game-day summaries are left out (their runs are in), and
+    so are runs still going (they are counted once sealed)."""
+    runs = [row for row in rows if row.gameday_plan is None and row.status != RUNNING]
     return [run_suite(row, failed) for row in sorted(runs, key=lambda r: (r.finished_at or r.name, r.name))]
 
 

@@ -41,11 +41,12 @@ class VerdictMetrics:
                                       ("plan", "target"))
 
     def add_runs(self, rows: list[BundleRow], failed: set[str]) -> None:
+        from drillbook.evidence.catalog import RUNNING
         from drillbook.evidence.report import build_sections, moment_of, resilience_score, run_passed, shown_verdict
 
         latest: dict[tuple[str, str, str], BundleRow] = {}
         for row in rows:
-            if row.gameday_plan is not None:
+            if row.gameday_plan is not None or row.status == RUNNING:  # a live run counts once sealed
                 continue
             self.runs.labels(row.control, shown_verdict(row, failed)).inc()
             key = (row.control, row.runbook, row.target)

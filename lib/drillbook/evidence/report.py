@@ -24,7 +24,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
-from drillbook.evidence.catalog import BundleRow, list_bundles
+from drillbook.evidence.catalog import RUNNING, BundleRow, list_bundles
 from drillbook.evidence.verify import (LEDGER_FINDING, TRUSTED, UNSIGNED, EvidenceSource, VerifyReport,
                                       verify_evidence)
 from drillbook.plots import pyplot
@@ -194,8 +194,8 @@ def build_sections(rows: list[BundleRow], failed: set[str], charts: bool = True)
     moments = [m for m in (moment_of(r) for r in rows) if m is not None]
     span = (min(moments), max(moments)) if moments else None
     sections = []
-    for control in controls():
-        runs = [r for r in rows if r.control == control.control]
+    for control in controls():  # a run still going is listed, and counted once it is sealed
+        runs = [r for r in rows if r.control == control.control and r.status != RUNNING]
         section = ControlSection(control, runs)
         if runs:
             section.passed = sum(run_passed(r, failed) for r in runs)

@@ -24,7 +24,7 @@ from typing import Any
 
 from drillbook.evidence import signing
 from drillbook.evidence.anchor import check_head
-from drillbook.evidence.bundle import MANIFEST, SIGNATURE, UNSEALED, sha256_file
+from drillbook.evidence.bundle import MANIFEST, SIGNATURE, UNSEALED, read_ledger_text, sha256_file, writer_running
 from drillbook.evidence.ledger import BUNDLE_NAME, LEDGER, LedgerEntry, parse_ledger
 
 COMPLETE = "complete"
@@ -252,13 +252,14 @@ def _read_entries(results_dir: Path, report: VerifyReport) -> list[LedgerEntry]:
         return []
     if not path.exists():
         return []
-    entries, problems = parse_ledger(path.read_text(encoding="utf-8", errors="replace"))
+    entries, problems = parse_ledger(read_ledger_text(results_dir))
     for problem in problems:
         report.add(LEDGER_FINDING, "ledger-damaged", f"{LEDGER} {problem}")
     return entries
 
 
-def _unledgered(results_dir: Path, seen: set[str], report: VerifyReport) -> None:
+def _unledgered(results_dir: Path, seen: set[str], report: VerifyReport, trusted: set[str] | None,
+                require_signed: bool) -> None:
     """Everything in the results folder that the ledger does not account for."""
     for path in sorted(results_dir.iterdir()):
         if path.name in seen or path.name == LEDGER:
@@ -275,21 +276,44 @@ def _unledgered(results_dir: Path, seen: set[str], report: VerifyReport) -> None
                                                    "a bundle of the ledger")
         else:
             report.checked.append(path.name)
-            _check_unsealed(path, report)
+            _check_unsealed(path, report, trusted, require_signed)
 
 
-def _check_unsealed(folder: Path, report: VerifyReport) -> None:
+def _sealed_since(folder: Path, report: VerifyReport, trusted: set[str] | None, require_signed: bool) -> bool:
+    """A folder with a manifest that the ledger read at the start did not name may have been
+    sealed while this verification ran: the ledger read again (after any seal in progress) names
+    it then, and it is checked against that entry."""
+    if not (folder / MANIFEST).is_file():
+        return False
+    entries, _ = parse_ledger(read_ledger_text(folder.parent))
+    entry = next((e for e in entries if e.bundle == folder.name), None)
+    if entry is None:
+        return False
+    check_bundle(folder, entry, trusted, require_signed, report)
+    return True
+
+
+def _check_unsealed(folder: Path, report: VerifyReport, trusted: set[str] | None = None,
+                    require_signed: bool = False) -> None:
     marker = folder / UNSEALED
+    if _sealed_since(folder, report, trusted, require_signed):
+        return
     if not marker.is_file() or (folder / MANIFEST).exists():
         report.add(folder.name, "not-in-ledger", "bundle folder is not in the ledger")
         return
     try:
         named = json.loads(marker.read_text())
         runs = isinstance(named, dict) and bool(named.get("run_id")) and bool(named.get("runbook"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        runs = False
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        runs, named = False, {}
     if not runs:
+        if _sealed_since(folder, report, trusted, require_signed):  # its marker went as it was sealed
+            return
         report.add(folder.name, "not-in-ledger", f"its {UNSEALED} marker names no run: not a bundle drillbook began")
+        return
+    if writer_running(named):
+        report.add(folder.name, "running", f"a run in progress (pid {named['pid']}): not evidence yet, not verified",
+                   severity="warning")
         return
     report.states[folder.name] = "unsealed"
     report.add(folder.name, "unsealed", "run ended before sealing (no manifest); contents not attested",
@@ -311,10 +335,10 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     report.entries = len(entries)
     seen = check_chain(results_dir, entries, report, trusted, require_signed, only)
     if only is None and results_dir.is_dir():
-        _unledgered(results_dir, seen, report)
+        _unledgered(results_dir, seen, report, trusted, require_signed)
     elif path.name not in seen:
         report.checked.append(path.name)
-        _check_unsealed(path, report)
+        _check_unsealed(path, report, trusted, require_signed)
     check_downgrade(entries, trusted, report)
     check_seal_times(entries, report)
     if trusted is None and report.signatures:
