@@ -346,7 +346,8 @@ def test_verify_during_a_seal_waits_for_it_and_finds_nothing_wrong(results):
         fcntl.flock(held, fcntl.LOCK_EX)
         held.truncate(len("".join(lines[:-1]).encode()))
         verify = subprocess.Popen([sys.executable, "-m", "drillbook", "verify", str(results)], text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "250"})
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "COLUMNS": "250"})
         try:
             waiting = f"{verify.pid} "
             deadline = time.monotonic() + 60
