@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook.config import evidence_settings, results_dir
 from drillbook.processes import ProcessLedger
-from drillbook.profile import load_profile
 from drillbook.runbook import PROCESSES
-from drillbook.parameters import check_against_target, check_oncall, runbook_path, validate_parameters
+from drillbook.parameters import check_against_target
+from drillbook.runspec import RunSpec, resolve_run
 from drillbook.scenarios import control_of
 
 if TYPE_CHECKING:
     from drillbook.evidence import BundleWriter
     from drillbook.profile import LoadedProfile
     from drillbook.shutdown import Interrupted
+    from drillbook.targets import Target
 
 @dataclass(frozen=True)
 class ExecutedRun:
@@ -60,10 +61,13 @@ def render_html(notebook_path: Path) -> str:
 
 def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None = None,
             results: Path | None = None, sandbox_state: Path | None = None,
-            execution_timeout: int = 1800, on_start: Callable[[Path], None] | None = None) -> ExecutedRun:
+            execution_timeout: int = 1800, on_start: Callable[[Path], None] | None = None,
+            spec: RunSpec | None = None) -> ExecutedRun:
     """Run one runbook with Papermill and seal everything it produced as one evidence bundle.
 
     target: a profile name from targets/ or a path to a profile.
+    spec: the run as the caller resolved it already (drillbook.runspec); then name, target,
+    overrides and sandbox_state are not read again.
     on_start: called with the bundle's folder once the target answered, before the kernel starts.
 
     However the run ends, the target is rolled back, no load it started is left running and the
@@ -79,14 +83,12 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import open_target
 
-    path = runbook_path(name)
-    profile = load_profile(target)
-    parameters = check_oncall(path.stem, profile.name, validate_parameters(path, overrides or {}, profile))
-    state = profile.state_dir(sandbox_state)
-    workload = open_target(target, state)  # unreachable, or a tenant key missing: refused here
-    check_against_target(path.stem, parameters, workload)
+    spec = spec or resolve_run(name, target, overrides or {}, sandbox_state)
+    path, profile, parameters, state = spec.notebook, spec.profile, spec.parameters, spec.state
+    workload = open_target(profile, state)  # unreachable, or a tenant key missing: refused here
+    check_against_target(path.stem, parameters, workload, spec.validated)
     with run_lock(profile, path.stem, parameters, state):  # held until the run is rolled back and sealed
-        target_argument = str(profile.path) if profile.path.is_file() else profile.name
+        target_argument = spec.target_argument
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
         work, executed = scratch / "work", scratch / "runbook.ipynb"
         work.mkdir()
@@ -122,7 +124,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
             with SHUTDOWN.shielded():
                 if SHUTDOWN.requested and ending.interrupted is None:
                     ending.interrupted = SHUTDOWN.interrupted()
-                summary = wind_up(bundle, path.stem, profile, state, work, executed, ending)
+                summary = wind_up(bundle, path.stem, profile, state, work, executed, ending, workload)
                 ledger.stopped(run_entry, "sealed")
                 shutil.rmtree(scratch, ignore_errors=True)
         if ending.interrupted is not None:
@@ -165,9 +167,10 @@ class RunEnding:
 
 
 def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", state: Path, work: Path,
-            executed: Path, ending: RunEnding) -> dict[str, Any]:
-    """After the notebook, whatever happened: stop what is still running, roll the target back,
-    put every file the run wrote into the bundle with its verdict, and seal it."""
+            executed: Path, ending: RunEnding, workload: "Target | None" = None) -> dict[str, Any]:
+    """After the notebook, whatever happened: stop what is still running, roll the target back
+    (through workload, the run's target, when the caller opened it), put every file the run wrote
+    into the bundle with its verdict, and seal it."""
     from drillbook.chaos import rollback_all
     from drillbook.chaos.runner import target_configuration
     from drillbook.kernel import forget_kernels
@@ -179,7 +182,7 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
         bundle.event("run_failed", reason=ending.error)
     forget_kernels()  # a kernel still alive after an escalated stop goes now; its load follows it
     stopped = ProcessLedger(state / PROCESSES).stop_orphans()
-    ending.undone = rollback_all(target_configuration(profile, state))  # nothing stays injected
+    ending.undone = rollback_all(target_configuration(profile, state), workload)  # nothing stays injected
     if stopped:
         bundle.event("leftover_load_stopped", processes=stopped)
     if ending.undone:

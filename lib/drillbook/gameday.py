@@ -103,6 +103,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
     from drillbook.execute import execute
+    from drillbook.runspec import resolve_run
     from drillbook.shutdown import SHUTDOWN, Interrupted
     from drillbook.targets import owned_platform
 
@@ -114,6 +115,8 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
     platform = owned_platform(profile, sandbox_state)  # None: someone else runs the target
     if platform is not None:
         sandbox_state = platform.state_dir
+    specs = [resolve_run(planned.runbook, profile, {k: str(v) for k, v in planned.parameters.items()}, sandbox_state)
+             for planned in plan.runbooks]  # each run resolved once, with the profile loaded once
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
     with TargetLock(profile, f"game day {plan.name}", sandbox_state):
@@ -126,8 +129,7 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
                 if on_start:
                     on_start(index, len(plan.runbooks), planned.runbook)
                 try:
-                    executed = execute(planned.runbook, plan.target,
-                                       {k: str(v) for k, v in planned.parameters.items()}, results, sandbox_state)
+                    executed = execute(planned.runbook, results=results, spec=specs[index - 1])
                 except Interrupted as stop:  # that runbook's bundle is sealed INTERRUPTED; the plan stops here
                     stopped = stop
                     if stop.bundle is not None:

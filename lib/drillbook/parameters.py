@@ -20,6 +20,8 @@ from drillbook.errors import ConfigError
 from drillbook.scenarios import scenario
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from drillbook.profile import LoadedProfile
     from drillbook.targets import Target
 
@@ -94,6 +96,13 @@ def typed_value(label: str, default: Any, value: Any, shown: str) -> Any:
 def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedProfile | None" = None) -> dict[str, Any]:
     """Defaults (the notebook's, then the target profile's SLOs for this runbook) with overrides
     applied, each converted to its default's type; bad input is a ConfigError."""
+    return resolve_parameters(path, overrides, profile)[0]
+
+
+def resolve_parameters(path: Path, overrides: dict[str, str], profile: "LoadedProfile | None" = None
+                       ) -> tuple[dict[str, Any], "BaseModel | None"]:
+    """validate_parameters, and the scenario's model of the values where the runbook declares a
+    scenario (None for a notebook without one): kept, so nothing validates them again."""
     declared = notebook_parameters(path)
     values = {name: parameter.default for name, parameter in declared.items() if name not in INJECTED}
     if profile is not None:  # checked the same way when the profile was loaded (profile._check_slos)
@@ -112,17 +121,18 @@ def validate_parameters(path: Path, overrides: dict[str, str], profile: "LoadedP
         if parameter.help.startswith("required") and values.get(name) in ("", None):
             raise ConfigError(f"{path.stem} needs -p {name}=...: {parameter.help}")
     declaration = scenario(path.stem)
-    if declaration is not None:  # the limits that make a result meaningful (zero trials, negative times, ...)
-        declaration.validate(values)
-    return values
+    # the limits that make a result meaningful (zero trials, negative times, ...)
+    return values, declaration.validate(values) if declaration is not None else None
 
 
-def check_against_target(runbook: str, parameters: dict[str, Any], target: "Target") -> None:
+def check_against_target(runbook: str, parameters: dict[str, Any], target: "Target",
+                         validated: "BaseModel | None" = None) -> None:
     """The limits that depend on the target (kill no more replicas than it runs), and the
-    Prometheus its PromQL SLOs ask, before anything runs."""
+    Prometheus its PromQL SLOs ask, before anything runs. validated: the scenario's model of the
+    parameters when the caller holds it (drillbook.runspec), so that they are not validated again."""
     declaration = scenario(runbook)
     if declaration is not None:
-        declaration.check_target(parameters, target)
+        declaration.check_target(parameters, target, validated)
     check_prometheus(target.profile, [runbook])
 
 

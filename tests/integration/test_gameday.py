@@ -68,7 +68,8 @@ def test_a_short_game_day_starts_the_sandbox_runs_the_plan_and_stops_it(tmp_path
         {"runbook": "restore-drill"}]}))
     state = tmp_path / "state"
     result = run_gameday(plan, state, tmp_path / "results")
-    assert result.passed and [r for r, _, _ in result.runs] == ["cold-start", "restore-drill"]
+    assert [r for r, _, _ in result.runs] == ["cold-start", "restore-drill"]
+    assert result.passed, [(runbook, verdict, str(bundle)) for runbook, verdict, bundle in result.runs]
     assert not launcher.is_running(state)  # started here, stopped here
     summary = json.loads((result.summary_bundle / "summary.json").read_text())
     assert summary["verdict"] == "PASS" and len(summary["metrics"]["runs"]) == 2

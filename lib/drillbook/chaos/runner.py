@@ -318,9 +318,10 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir)
 
 
-def rollback_all(target_configuration: dict[str, Any]) -> list[str]:
-    """Undo every open fault in the target's ledger (what `drillbook rollback` does); safe to repeat."""
-    context = RunContext.of({**target_configuration, "drillbook_run_id": "rollback"})
+def rollback_all(target_configuration: dict[str, Any], target: "Target | None" = None) -> list[str]:
+    """Undo every open fault in the target's ledger (what `drillbook rollback` does); safe to repeat.
+    target: the configuration's target, when the caller has it open already."""
+    context = RunContext.of({**target_configuration, "drillbook_run_id": "rollback"}, target)
     return [f"{fault.kind} ({fault.detail}): {how}" for fault, how in undo_open_faults(context, None)]
 
 

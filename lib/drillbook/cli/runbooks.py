@@ -29,8 +29,7 @@ def run_command(
 ) -> None:
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
     from drillbook.execute import execute
-    from drillbook.parameters import (available_runbooks, check_oncall, notebook_parameters, runbook_path,
-                                      validate_parameters)
+    from drillbook.parameters import available_runbooks, notebook_parameters, runbook_path
 
     if runbook is None:
         from drillbook import project
@@ -50,16 +49,14 @@ def run_command(
                                               if not p.name.startswith("drillbook_") and p.name != "target"))
             console.print(table)
         return
-    from drillbook.profile import load_profile
-
     from drillbook.config import results_dir
+    from drillbook.runspec import resolve_run
 
     overrides = name_value_pairs(parameter, "-p")
     # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
     results = results_dir(results)
-    profile = load_profile(target)
-    check_oncall(runbook, profile.name, validate_parameters(runbook_path(runbook), overrides, profile))
-    executed = execute(runbook, target, overrides, results, state_dir(state),
+    spec = resolve_run(runbook, target, overrides, state_dir(state))
+    executed = execute(runbook, results=results, spec=spec,
                        on_start=lambda bundle: err_console.print(
                            f"[dim]…[/] running {runbook} on {target}; evidence in {bundle}", soft_wrap=True))
     colour = "green" if executed.verdict == "PASS" else "red"

@@ -71,11 +71,12 @@ class Scenario:
         except ValidationError as error:
             raise ConfigError(f"{self.name}: {validation_line(error)}") from None
 
-    def check_target(self, values: dict[str, Any], target: "Target") -> None:
-        """The limits that depend on the target, asked of it before anything is touched."""
+    def check_target(self, values: dict[str, Any], target: "Target", validated: BaseModel | None = None) -> None:
+        """The limits that depend on the target, asked of it before anything is touched
+        (validated: the values' model, when the caller holds it already)."""
         if self.target_check is None:
             return
-        problem = self.target_check(self.validate(values), target)
+        problem = self.target_check(validated if validated is not None else self.validate(values), target)
         if problem:
             raise ConfigError(f"{self.name}: {problem}")
 

@@ -172,12 +172,13 @@ def check_reachable(url: str, timeout: float = 3.0) -> None:
         raise TargetUnreachable(f"cannot reach {url}: {error.strerror or error}") from None
 
 
-def open_target(name_or_path: str, state_dir: Path | None = None) -> Target:
-    """Load the profile, build its target and check that its gateway answers; refuses with one line."""
+def open_target(name_or_path: str | LoadedProfile, state_dir: Path | None = None) -> Target:
+    """Load the profile (unless given), build its target and check that its gateway answers;
+    refuses with one line."""
     from drillbook.errors import TargetUnreachable
     from drillbook.profile import load_profile
 
-    profile = load_profile(name_or_path)
+    profile = name_or_path if isinstance(name_or_path, LoadedProfile) else load_profile(name_or_path)
     if profile.kind == "sandbox":
         from drillbook.sandbox import launcher
 
