@@ -329,14 +329,22 @@ ENV_RESULTS = "DRILLBOOK_RESULTS"
 ENV_SIGNING_KEY = "DRILLBOOK_SIGNING_KEY"
 
 
-def usable_folder(path: Path, what: str) -> Path:
-    """path made absolute, or one ConfigError line when it cannot be a folder (a file, a symlink loop)."""
+def usable_folder(path: Path, what: str, make: bool = True) -> Path:
+    """path made absolute and (make) the folder made with its parents where it is not there yet, or one
+    ConfigError line when it cannot be a folder: a file in its place, a symlink loop, a name too
+    long, a place where nothing can be created (/proc, a read-only mount, no permission)."""
     try:
         resolved = path.expanduser().resolve()
     except (RuntimeError, OSError) as error:  # RuntimeError: a symlink loop
-        raise ConfigError(f"{what} {path} cannot be used: {error}") from None
-    if resolved.exists() and not resolved.is_dir():
-        raise ConfigError(f"{what} {path} is a file, not a folder")
+        raise ConfigError(f"{what} {path} cannot be used: {error.strerror if isinstance(error, OSError) else error}"
+                          ) from None
+    try:
+        if resolved.exists() and not resolved.is_dir():
+            raise ConfigError(f"{what} {path} is a file, not a folder")
+        if make:
+            resolved.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{what} {path} cannot be made: {error.strerror or error}") from None
     return resolved
 
 
@@ -368,14 +376,14 @@ def output_file(path: Path | None, what: str) -> Path | None:
     return resolved
 
 
-def results_dir(explicit: Path | None = None) -> Path:
+def results_dir(explicit: Path | None = None, make: bool = True) -> Path:
     """Where evidence bundles go: --results, else $DRILLBOOK_RESULTS, else results/ of the project
-    folder (the current folder unless $DRILLBOOK_HOME names another)."""
+    folder (the current folder unless $DRILLBOOK_HOME names another); made unless only read (make)."""
     if explicit is not None:
-        return usable_folder(explicit, "results folder")
+        return usable_folder(explicit, "results folder", make)
     configured = os.environ.get(ENV_RESULTS)
     return usable_folder(Path(configured) if configured else project_dir() / "results",
-                         f"results folder (${ENV_RESULTS})" if configured else "results folder")
+                         f"results folder (${ENV_RESULTS})" if configured else "results folder", make)
 
 
 ENV_WITNESS = "DRILLBOOK_WITNESS"

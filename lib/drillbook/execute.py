@@ -87,12 +87,13 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     path, profile, parameters, state = spec.notebook, spec.profile, spec.parameters, spec.state
     workload = open_target(profile, state)  # unreachable, or a tenant key missing: refused here
     check_against_target(path.stem, parameters, workload, spec.validated)
+    results = results_dir(results)  # made here, once nothing else can refuse the run
     with run_lock(profile, path.stem, parameters, state):  # held until the run is rolled back and sealed
         target_argument = spec.target_argument
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
         work, executed = scratch / "work", scratch / "runbook.ipynb"
         work.mkdir()
-        bundle = BundleWriter(results_dir(results), path.stem, profile.name, parameters, secrets=workload.secrets(),
+        bundle = BundleWriter(results, path.stem, profile.name, parameters, secrets=workload.secrets(),
                               **evidence_settings())
         ledger = ProcessLedger(state / PROCESSES)
         run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))

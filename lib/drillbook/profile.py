@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from drillbook import project
 from drillbook.agentapi import AgentApi, ReadBack
@@ -66,12 +66,56 @@ class TenantRef(StrictModel):
         return name
 
 
+def command_placeholders(line: str) -> list[str]:
+    """The {names} a profile command asks to be filled in, or ValueError: a command that does not
+    split like a shell line, a placeholder with attribute or index access ({backup.__class__}),
+    or a format spec or conversion (only plain names are filled in, as whole words)."""
+    import shlex
+    import string
+
+    try:
+        parts = shlex.split(line)
+    except ValueError as error:
+        raise ValueError(f"{line!r} does not split like a shell line: {error}") from None
+    names = []
+    for part in parts:
+        try:
+            parsed = list(string.Formatter().parse(part))
+        except ValueError as error:
+            raise ValueError(f"{line!r}: {error} (write {{{{ and }}}} for literal braces)") from None
+        for _, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            if not re.fullmatch(r"[a-z_]+", name) or spec or conversion:
+                raise ValueError(f"{line!r}: placeholder {{{name}{'!' + conversion if conversion else ''}"
+                                 f"{':' + spec if spec else ''}}} is not a plain name")
+            names.append(name)
+    return names
+
+
+def _fills(allowed: dict[str, tuple[str, ...]]):  # noqa: ANN202 - a pydantic model validator
+    """A model validator: each command field's placeholders are among those filled in for it."""
+    def check(model: BaseModel) -> BaseModel:
+        for field, names in allowed.items():
+            line = getattr(model, field)
+            if line is None:
+                continue
+            unknown = sorted(set(command_placeholders(line)) - set(names))
+            if unknown:
+                raise ValueError(f"{field}: {{{unknown[0]}}} is not filled in for this command (it fills in "
+                                 + (", ".join(f"{{{n}}}" for n in names) or "nothing") + ")")
+        return model
+    return model_validator(mode="after")(check)
+
+
 class RoleCommands(StrictModel):
     """How a `commands` target operates one tier. {count}, {signal} and {replicas} are filled in."""
 
     status: str = Field(description='prints JSON {"desired": n, "ready": n, "replicas": n}')
     kill: str | None = Field(None, description="kills {count} replicas with {signal}; prints their names")
     scale: str | None = Field(None, description="sets the desired replica count to {replicas}")
+
+    placeholders_filled = _fills({"status": (), "kill": ("count", "signal"), "scale": ("replicas",)})
 
 
 class Role(StrictModel):
@@ -97,6 +141,8 @@ class StoreCommands(StrictModel):
     healthy: str | None = None
     recreate: str | None = Field(None, description="an empty, working store when no backup can be restored")
     timeout_s: PositiveSeconds = 600.0
+
+    placeholders_filled = _fills({"backup": (), "restore": ("backup",), "destroy": (), "healthy": (), "recreate": ()})
 
 
 class Workload(StrictModel):

@@ -19,6 +19,7 @@ from drillbook.config import ENV_HOME, project_dir
 from drillbook.errors import ConfigError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+NAME_MAX = 255  # bytes in one part of a path, on the file systems drillbook runs on
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ def _is_path(kind: Kind, text: str) -> bool:
 def find(kind: Kind, name_or_path: str) -> Path:
     """The file a name (looked up in the search path) or a path (taken as it is) stands for;
     anything not found is one ConfigError line that lists what is known and where it looked."""
+    too_long = next((part for part in Path(name_or_path).parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if too_long is not None:  # the file system would refuse it with ENAMETOOLONG
+        raise ConfigError(f"{kind.label} {name_or_path[:40]!r}… is not a name or a path: a part of it is "
+                          f"{len(os.fsencode(too_long))} bytes long (at most {NAME_MAX})")
     if _is_path(kind, name_or_path):
         candidate = Path(name_or_path).expanduser()
         if candidate.is_file() and candidate.suffix in kind.suffixes:

@@ -295,11 +295,20 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
     (["run", "cold-start", "-p", "trials=0"], "invalid trials"),
     (["run", "noisy-neighbour", "-p", "victim_tenant=nobody"], "victim_tenant 'nobody' is not a tenant"),
     (["load", "agent-sessions", "--duration", "5s", "--set", "think-time=-1"], "invalid --set think-time=-1"),
+    (["run", "r" * 300], "is not a name or a path: a part of it is 300 bytes long (at most 255)"),
+    (["run", "ha-replica-loss", "--target", "t" * 300], "is not a name or a path: a part of it is 300 bytes long"),
+    (["run", "restore-agent-state", "-p", "backup=--delete-everything"],
+     "invalid backup: '--delete-everything' is not a backup's name: it must not begin with '-'"),
+    (["run", "ha-replica-loss", "--results", "/proc/drillbook-nowhere"],
+     "results folder /proc/drillbook-nowhere cannot be made"),
+    (["load", "agent-sessions", "--duration", "5s", "--out", "/proc/drillbook-nowhere"],
+     "--out /proc/drillbook-nowhere cannot be made"),
 ])
 def test_parameters_that_cannot_work_are_refused_before_anything_is_touched(sandbox, tmp_path, args, message):
     before = replicas(sandbox)
     results = tmp_path / "results"
-    extra = ["--out", str(tmp_path / "load")] if args[0] == "load" else ["--results", str(results)]
+    extra = [] if {"--out", "--results"} & set(args) else \
+        ["--out", str(tmp_path / "load")] if args[0] == "load" else ["--results", str(results)]
     env = {**os.environ, "DRILLBOOK_STATE_DIR": str(sandbox.state_dir)}
     result = subprocess.run([sys.executable, "-m", "drillbook", *args, *extra], env=env, capture_output=True,
                             text=True, timeout=60)

@@ -79,6 +79,18 @@ def changed(base: dict, path: str, value: object) -> dict:
     (changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": -1}}),
      "p.yaml: invalid slos.cold-start.slo_p95_s: -1 must not be negative"),
     (["a", "list"], "p.yaml: a profile is a mapping of fields"),
+    # placeholders: only the names filled in for that command, only as plain names, checked at load
+    (changed(COMMANDS, "workload.store", {"backup": "b", "restore": "r {nope}"}),
+     "p.yaml: invalid workload.store: restore: {nope} is not filled in for this command (it fills in {backup})"),
+    (changed(COMMANDS, "workload.store", {"backup": "b", "restore": "r {backup.__class__}"}),
+     "p.yaml: invalid workload.store: 'r {backup.__class__}': placeholder {backup.__class__} is not a plain name"),
+    (changed(COMMANDS, "workload.store", {"backup": "b", "restore": "r {backup[0]}"}),
+     "p.yaml: invalid workload.store: 'r {backup[0]}': placeholder {backup[0]} is not a plain name"),
+    (changed(COMMANDS, "workload.agent", {"commands": {"status": "s", "kill": "k {count} {replicas}"}}),
+     "p.yaml: invalid workload.agent.commands: kill: {replicas} is not filled in for this command (it fills in "
+     "{count}, {signal})"),
+    (changed(COMMANDS, "workload.store", {"backup": "b 'unclosed", "restore": "r"}),
+     "p.yaml: invalid workload.store: \"b 'unclosed\" does not split like a shell line"),
 ])
 def test_each_profile_error_is_one_line_naming_the_field(data, expected):
     with pytest.raises(ConfigError) as caught:

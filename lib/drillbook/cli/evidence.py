@@ -53,7 +53,7 @@ def _folder(path: Optional[Path]) -> Path:
     from drillbook.config import results_dir, usable_folder
     from drillbook.errors import ConfigError
 
-    target = usable_folder(path, "results folder") if path else results_dir()
+    target = usable_folder(path, "results folder", make=False) if path else results_dir(make=False)
     if not target.is_dir():
         raise ConfigError(f"no results folder or bundle at {target}")
     return target

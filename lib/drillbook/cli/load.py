@@ -52,6 +52,7 @@ def load_command(
     from drillbook.processes import ProcessLedger
     from drillbook.runbook import PROCESSES
     from drillbook.shutdown import Interrupted
+    from drillbook.config import usable_folder
     from drillbook.targets import open_target
 
     settings = name_value_pairs(setting, "--set")
@@ -61,7 +62,9 @@ def load_command(
                     workers=workers, remote_workers=remote_workers, master_bind=master_bind,
                     master_port=master_port, env=profile_env(settings, run_time))
     locustfile = locustfile_for(profile)
+    out = usable_folder(out, "--out", make=False)  # before the target is asked anything
     workload = open_target(target, state_dir(state))
+    out = usable_folder(out, "--out")  # made (or refused in one line) before any load starts
     locustfile = workload.profile.locustfile() or locustfile
     gateway, keys = workload.gateway()
     options = options.model_copy(update={"host": gateway, "env": {**options.env, **api_env(workload.api)}})

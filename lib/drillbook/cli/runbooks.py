@@ -54,7 +54,7 @@ def run_command(
 
     overrides = name_value_pairs(parameter, "-p")
     # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
-    results = results_dir(results)
+    results = results_dir(results, make=False)  # made once the run's other input and its target are known good
     spec = resolve_run(runbook, target, overrides, state_dir(state))
     executed = execute(runbook, results=results, spec=spec,
                        on_start=lambda bundle: err_console.print(

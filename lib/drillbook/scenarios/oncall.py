@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds, Wait
 from drillbook.scenarios.registry import Scenario, register
@@ -13,10 +13,18 @@ class TriageParameters(OnCall):
 
 
 class RestoreAgentStateParameters(OnCall):
-    backup: str = Field("latest", min_length=1)
+    backup: str = Field("latest", min_length=1, max_length=255, description="a backup's name as the store lists it")
     dry_run: bool = True
     confirm: str = ""
     timeout_s: Seconds = 60.0
+
+    @field_validator("backup")
+    @classmethod
+    def _a_name_not_an_option(cls, backup: str) -> str:
+        if backup.startswith("-") or any(c.isspace() for c in backup):
+            raise ValueError(f"{backup[:60]!r} is not a backup's name: it must not begin with '-' (the restore "
+                             "command would take it for an option) or hold spaces")
+        return backup
 
 
 class ShedNoisyTenantParameters(OnCall):

@@ -19,6 +19,9 @@ from drillbook.profile import LoadedProfile, StoreCommands
 
 def run_command(line: str, cwd: Path, timeout_s: float, what: str, **fields: Any) -> str:
     """Run one profile command; its stdout, or StoreUnavailable/ConfigError-style failure lines."""
+    for name, value in fields.items():  # a filled-in value is a word, never an option to the user's command
+        if isinstance(value, str) and value.startswith("-"):
+            raise StoreUnavailable(f"{what}: {{{name}}} {value[:60]!r} looks like an option; refused")
     argv = [part.format(**fields) for part in shlex.split(line)]
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
