@@ -62,7 +62,8 @@ class TenantRef(StrictModel):
     @classmethod
     def _env_name(cls, name: str) -> str:
         if not ENV_NAME.match(name):
-            raise ValueError(f"{name!r} is not an environment variable name (upper case, digits, '_')")
+            shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}… ({len(name)} characters)"
+            raise ValueError(f"{shown} is not an environment variable name (upper case, digits, '_')")
         return name
 
 

@@ -100,3 +100,12 @@ def test_a_bad_sandbox_setting_in_a_container_names_it():
     env = service_environment({"DRILLBOOK_INTERNAL_TOKEN": TOKEN, "DRILLBOOK_GPU_SLOTS": "many"})
     with pytest.raises(ConfigError, match="gpu_slots"):
         Runtime.from_environment(env)
+
+
+def test_an_error_line_is_one_line_and_bounded_whatever_it_quotes(capsys):
+    from drillbook.cli.app import LINE_MAX, _say
+
+    _say("invalid key_env: '" + "x" * 5_000_000 + "'\nsecond line")
+    written = capsys.readouterr().err
+    assert written.count("\n") == 1 and len(written) <= LINE_MAX + len("drillbook: \n")
+    assert written.rstrip().endswith("characters more)")

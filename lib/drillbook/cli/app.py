@@ -43,9 +43,16 @@ def name_value_pairs(items: list[str], option: str) -> dict[str, str]:
     return pairs
 
 
+LINE_MAX = 1000  # characters of one error line; a pasted secret or a 50 MB value is not echoed whole
+
+
 def _say(message: str) -> None:
-    """One line on stderr, never wrapped: what failed and, where it helps, what to do."""
-    sys.stderr.write("drillbook: " + " ".join(message.split()) + "\n")
+    """One line on stderr, never wrapped, at most LINE_MAX characters: what failed and, where it
+    helps, what to do."""
+    line = " ".join(message.split())
+    if len(line) > LINE_MAX:
+        line = f"{line[:LINE_MAX - 40]}… ({len(line) - LINE_MAX + 40} characters more)"
+    sys.stderr.write("drillbook: " + line + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
