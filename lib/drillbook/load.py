@@ -218,6 +218,9 @@ def latency_per_second(log: pd.DataFrame) -> pd.DataFrame:
                          for q in (0.50, 0.95, 0.99)})
 
 
+INTERRUPT_GRACE_S = 1.5  # an interrupted run's users stop gently within this, then the group is killed
+
+
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     for signum, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         try:
@@ -325,7 +328,7 @@ class LoadRun:
         self._forget("stopped early")
 
     def wait(self, progress: Callable[[float, float], None] | None = None) -> LoadResult:
-        overran = False
+        overran = interrupted = False
         try:
             while self.process.poll() is None:
                 if time.time() - self.started > self.bound:
@@ -334,8 +337,13 @@ class LoadRun:
                 if progress is not None:
                     progress(time.time() - self.started, self.options.run_time_s)
                 time.sleep(0.1)
+        except BaseException:  # Ctrl-C, SIGTERM: the master and its workers are told to stop now
+            interrupted = True
+            raise
         finally:
-            if not overran:  # workers quit when their master does, after writing their last receipts
+            if interrupted:  # waiting for workers whose master still runs took the whole stop timeout + 10 s
+                self.stop(grace_s=INTERRUPT_GRACE_S)
+            elif not overran:  # workers quit when their master does, after writing their last receipts
                 deadline = time.time() + self.options.stop_timeout_s + 10
                 while any(worker.poll() is None for worker in self.workers) and time.time() < deadline:
                     time.sleep(0.1)

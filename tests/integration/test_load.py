@@ -84,8 +84,8 @@ def test_a_signal_to_load_with_workers_leaves_no_locust_behind(sandbox, tmp_path
     out = tmp_path / "out"
     env = {**os.environ, "DRILLBOOK_STATE_DIR": str(sandbox.state_dir), "COLUMNS": "200"}
     runner = subprocess.Popen([sys.executable, "-m", "drillbook", "load", "agent-sessions", "--users", "4",
-                               "--duration", "60s", "--workers", "2", "--out", str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "--duration", "60s", "--stop-timeout", "20s", "--workers", "2", "--out", str(out)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, int | None] = {}
 
     def locusts() -> list[int]:
@@ -93,9 +93,14 @@ def test_a_signal_to_load_with_workers_leaves_no_locust_behind(sandbox, tmp_path
         return [pid for pid in seen if "locust" in command_line(pid)]
 
     wait_for(lambda: len(locusts()) == 3 and any(p.stat().st_size for p in out.glob("requests-*.csv")), timeout=90)
+    signalled = time.monotonic()
     runner.send_signal(signum)
     runner.communicate(timeout=60)
+    took = time.monotonic() - signalled
     assert runner.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}[signum]
+    # Stopped at once, not after the 20 s stop timeout and 10 s more spent waiting for workers whose
+    # master was never told (17 s with the default 5 s): well under half of that timeout.
+    assert took < 10, took
     wait_for(lambda: not [pid for pid, ticks in seen.items() if ticks is not None and start_ticks(pid) == ticks],
              timeout=20)  # master and both workers gone (the same processes, not reused pids)
 
