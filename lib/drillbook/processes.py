@@ -17,7 +17,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 PR_SET_PDEATHSIG = 1
 
@@ -47,6 +47,11 @@ def start_ticks(pid: int) -> int | None:
 def same_process(pid: int, ticks: int | None) -> bool:
     """True while pid is still the process that started at ticks (not a reused pid)."""
     return ticks is not None and start_ticks(pid) == ticks
+
+
+# How long a recorded child of each kind gets after SIGTERM before SIGKILL: a sandbox's supervisor
+# stops its services first (their own grace), Locust stops its users at once.
+STOP_GRACE_S = {"sandbox": 30.0}
 
 
 def stop_group(pgid: int, grace_s: float = 3.0) -> bool:
@@ -127,16 +132,17 @@ class ProcessLedger:
                 entries.pop((record["stopped"], record.get("ticks")), None)
         return list(entries.values())
 
-    def stop_orphans(self) -> list[str]:
-        """Stop every recorded child whose owner is gone; close entries of children already gone."""
+    def stop_orphans(self, kinds: Collection[str] | None = None, besides: Collection[str] = ()) -> list[str]:
+        """Stop every recorded child whose owner is gone (of the given kinds, or of every kind but
+        those besides); close entries of children already gone."""
         done = []
         for entry in self.open_entries():
-            if entry.kind == "run":
+            if entry.kind == "run" or entry.kind in besides or (kinds is not None and entry.kind not in kinds):
                 continue  # a run is not stopped but sealed (drillbook.execute.recover_killed_runs)
             if same_process(entry.owner_pid, entry.owner_ticks):
                 continue  # its owner still runs it
             if same_process(entry.pid, entry.ticks):
-                stop_group(entry.pid)
+                stop_group(entry.pid, STOP_GRACE_S.get(entry.kind, 3.0))
                 self.stopped(entry, "stopped: its owner is gone")
                 done.append(f"{entry.kind} pid {entry.pid} ({entry.detail}) stopped: owner {entry.owner_pid} is gone")
             else:

@@ -317,3 +317,30 @@ def test_parameters_that_cannot_work_are_refused_before_anything_is_touched(sand
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not results.exists() and not (tmp_path / "load").exists()
     assert replicas(sandbox) == before and not ledger_entries(sandbox.state_dir, "locust")
+
+
+def test_a_game_day_killed_outright_leaves_its_sandbox_to_rollback_which_stops_it(tmp_path):
+    from drillbook.sandbox import launcher
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "killed", "target": "sandbox", "runbooks": [
+        {"runbook": "ha-replica-loss", "parameters": {"duration_s": 40, "kill_after_s": 25, "users": 2}}]}))
+    state, results = tmp_path / "state", tmp_path / "results"
+    runner = Runner(["gameday", str(plan)], state, results)
+    wait_for(lambda: runner.watch() is not None and any(results.glob("*_ha-replica-loss_*")), timeout=120,
+             interval=0.1)
+    runner.wait_for_child("locust")
+    runner.watch()
+    runner.process.send_signal(signal.SIGKILL)  # no handler runs: nothing it started is stopped by it
+    runner.finish()
+    assert launcher.find(state) is not None and ledger_entries(state, "sandbox")
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(state), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "drillbook", "rollback"], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "stopped: sandbox pid" in done.stdout and "sealed: " in done.stdout, done.stdout
+    assert launcher.find(state) is None
+    wait_for(lambda: runner.left_over() == [], timeout=30)  # supervisor, services, Locust, kernel: all gone
+    again = subprocess.run([sys.executable, "-m", "drillbook", "rollback"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and "nothing to roll back" in again.stdout, again.stderr  # safe to repeat

@@ -94,6 +94,27 @@ def chaos_run(
         raise typer.Exit(1)
 
 
+def _undo_open_faults(profile: "LoadedProfile", state: Optional[Path]) -> list[str]:
+    """Undo the faults still open on the target. A sandbox that is no longer running holds none
+    of them (a sandbox starts clean): its open faults are closed as such, without asking for it."""
+    from drillbook.chaos import rollback_all
+    from drillbook.chaos.ledger import FaultLedger
+    from drillbook.targets import run_paths
+
+    if profile.kind == "sandbox":
+        from drillbook.sandbox import launcher
+
+        directory, ledger_path = run_paths(profile, state)
+        if launcher.find(directory) is None:
+            ledger = FaultLedger(ledger_path)
+            closed = []
+            for fault in ledger.open_faults():
+                ledger.resolve(fault, "its sandbox is no longer running; a sandbox starts clean")
+                closed.append(f"{fault.kind} ({fault.detail}): closed, its sandbox is no longer running")
+            return closed
+    return rollback_all(_target_configuration(profile, state))
+
+
 @app.command("rollback")
 def rollback_command(
     target: str = TargetOption,
@@ -102,25 +123,31 @@ def rollback_command(
     """Clean up after a crashed or killed run; safe to repeat.
 
     Stops any load (Locust) whose owner is gone, undoes every fault still open in the fault ledger,
-    and seals the evidence a killed run left unsealed (verdict ERROR, "runner killed", with every
-    file it had written), removing its scratch folder."""
-    from drillbook.chaos import rollback_all
+    seals the evidence a killed run left unsealed (verdict ERROR, "runner killed", with every
+    file it had written), removing its scratch folder, and stops a sandbox that a killed game day
+    had started."""
     from drillbook.execute import recover_killed_runs
     from drillbook.processes import ProcessLedger
     from drillbook.profile import load_profile
     from drillbook.runbook import PROCESSES
+    from drillbook.targets.sandbox import SANDBOX_CHILD
 
     profile = load_profile(target)
     directory = profile.state_dir(state)
-    stopped = ProcessLedger(directory / PROCESSES).stop_orphans()
+    children = ProcessLedger(directory / PROCESSES)
+    stopped = children.stop_orphans(besides={SANDBOX_CHILD})  # load first; a platform only once it is put back
     for line in stopped:
         console.print(f"stopped: {line}", soft_wrap=True, markup=False)
-    done = rollback_all(_target_configuration(profile, state))
+    done = _undo_open_faults(profile, state)
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
     sealed = recover_killed_runs(profile, directory)
     for line in sealed:
         console.print(f"sealed: {line}", soft_wrap=True, markup=False)
+    platforms = children.stop_orphans(kinds={SANDBOX_CHILD})  # a sandbox a killed game day started
+    for line in platforms:
+        console.print(f"stopped: {line}", soft_wrap=True, markup=False)
+    stopped += platforms
     if not (stopped or done or sealed):
         console.print("nothing to roll back")
     else:

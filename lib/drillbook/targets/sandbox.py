@@ -13,30 +13,45 @@ from drillbook.targets.capabilities import Finding
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
 
+SANDBOX_CHILD = "sandbox"  # its kind in the process ledger (drillbook.processes.STOP_GRACE_S)
+
+
 class SandboxPlatform:
     """The reference platform as a game day starts it when it finds none running, and stops it after."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.handle: Any = None
+        self.entry: Any = None
 
     def running(self) -> bool:
         from drillbook.sandbox import launcher
 
         return launcher.find(self.state_dir) is not None
 
+    def _ledger(self) -> Any:
+        from drillbook.processes import ProcessLedger
+        from drillbook.runbook import PROCESSES
+
+        return ProcessLedger(self.state_dir / PROCESSES)
+
     def start(self) -> None:
+        """Start it, and write its supervisor down as this process's child: if this process dies
+        (SIGKILL) before stop(), `drillbook rollback --state-dir` stops it."""
         from drillbook.config import SandboxConfig
         from drillbook.sandbox import launcher
 
         self.handle = launcher.start(SandboxConfig(), self.state_dir)
+        self.entry = self._ledger().started(SANDBOX_CHILD, self.handle.pid, f"sandbox on {self.state_dir}")
 
     def stop(self) -> None:
         from drillbook.sandbox import launcher
 
         if self.handle is not None and launcher.find(self.state_dir) is not None:
             launcher.stop(self.state_dir, handle=self.handle)
-        self.handle = None
+        if self.entry is not None:
+            self._ledger().stopped(self.entry, "stopped by the game day that started it")
+        self.handle = self.entry = None
 
 
 class SandboxTarget:
