@@ -95,23 +95,20 @@ def chaos_run(
 
 
 def _undo_open_faults(profile: "LoadedProfile", state: Optional[Path]) -> list[str]:
-    """Undo the faults still open on the target. A sandbox that is no longer running holds none
-    of them (a sandbox starts clean): its open faults are closed as such, without asking for it."""
+    """Undo the faults still open on the target. A platform drillbook runs itself (the sandbox)
+    that is no longer running holds none of them (it starts clean): its open faults are closed as
+    such, without asking for it."""
     from drillbook.chaos import rollback_all
     from drillbook.chaos.ledger import FaultLedger
-    from drillbook.targets import run_paths
+    from drillbook.targets import owned_platform, run_paths
 
-    if profile.kind == "sandbox":
-        from drillbook.sandbox import launcher
-
-        directory, ledger_path = run_paths(profile, state)
-        if launcher.find(directory) is None:
-            ledger = FaultLedger(ledger_path)
-            closed = []
-            for fault in ledger.open_faults():
-                ledger.resolve(fault, "its sandbox is no longer running; a sandbox starts clean")
-                closed.append(f"{fault.kind} ({fault.detail}): closed, its sandbox is no longer running")
-            return closed
+    platform = owned_platform(profile, state)  # None: someone else runs the target
+    if platform is not None and not platform.running():
+        ledger, closed = FaultLedger(run_paths(profile, state)[1]), []
+        for fault in ledger.open_faults():
+            ledger.resolve(fault, "its platform is no longer running, and starts clean")
+            closed.append(f"{fault.kind} ({fault.detail}): closed, its platform is no longer running")
+        return closed
     return rollback_all(_target_configuration(profile, state))
 
 

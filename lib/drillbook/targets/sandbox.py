@@ -30,8 +30,7 @@ class SandboxPlatform:
         return launcher.find(self.state_dir) is not None
 
     def _ledger(self) -> Any:
-        from drillbook.processes import ProcessLedger
-        from drillbook.runbook import PROCESSES
+        from drillbook.processes import PROCESSES, ProcessLedger
 
         return ProcessLedger(self.state_dir / PROCESSES)
 
