@@ -49,6 +49,8 @@ def same_process(pid: int, ticks: int | None) -> bool:
     return ticks is not None and start_ticks(pid) == ticks
 
 
+PROCESSES = "processes.jsonl"  # in the state dir: children a dead run may have left
+
 # How long a recorded child of each kind gets after SIGTERM before SIGKILL: a sandbox's supervisor
 # stops its services first (their own grace), Locust stops its users at once.
 STOP_GRACE_S = {"sandbox": 30.0}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
+from drillbook.processes import PROCESSES  # the state dir's process ledger (named here too, as before)
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
@@ -28,7 +29,6 @@ RECORD_MIME = "application/vnd.drillbook.record+json"
 TIMELINE = "timeline.jsonl"
 RECORDS = "records.jsonl"
 REASON_MAX = 200  # a reason is one line; details go to the evidence
-PROCESSES = "processes.jsonl"  # in the state dir: children a dead run may have left (drillbook.processes)
 
 
 def _append(path: Path, entry: dict[str, Any]) -> None:
