@@ -315,7 +315,8 @@ def test_the_openai_chat_preset_speaks_to_the_litellm_proxy_and_says_delivery_is
     loaded = drillbook("load", "agent-sessions", "--target", str(profile), "--users", "2", "--duration", "3s",
                        "--out", str(tmp_path / "load"))
     summary = yaml.safe_load((tmp_path / "load" / "load-summary.json").read_text())
-    assert summary["requests"] > 5 and summary["failures"] == 0
+    # a count, not a rate: a busy machine served 2 requests in the 3 s (6 or more when quiet)
+    assert summary["requests"] >= 2 and summary["failures"] == 0
     assert summary["delivery"]["verifiable"] is False and summary["delivery"]["delivered"] is False
     assert loaded.returncode != 0 and "delivery not verifiable" in loaded.stderr
 

@@ -116,7 +116,7 @@ def test_a_bad_junit_path_is_one_line_and_exit_2_before_anything_is_written(tmp_
 def test_a_game_day_writes_its_runs_as_junit_and_a_missed_slo_is_a_failure(tmp_path, junit_schemas):
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: junit\ntarget: sandbox\nrunbooks:\n"
-                    "  - runbook: cold-start\n    parameters: {trials: 1, idle_s: 0.1}\n"
+                    "  - runbook: cold-start\n    parameters: {trials: 1, idle_s: 0.1, slo_p95_s: 30}\n"
                     "  - runbook: cold-start\n    parameters: {trials: 1, idle_s: 0.1, slo_p95_s: 0.0001}\n")
     out = tmp_path / "gameday.xml"
     done = drillbook("gameday", str(plan), "--results", str(tmp_path / "results"), "--junit", str(out),

@@ -145,6 +145,8 @@ def test_the_reference_platform_from_deploy_runs_in_containers_passes_its_drills
     assert not set(found["model_servers_before_defect"]) & set(found["model_servers_with_defect"])
     unfair = found["noisy-neighbour-unfair"]
     assert unfair["verdict"] == "FAIL", unfair["explain"]
+    for run in (found["noisy-neighbour"], unfair):  # each judged beside a flood seen queueing at the model tier
+        assert run["values"]["flood_oversubscription"] >= 1.0 and run["values"]["flood_seen"], run["values"]
     assert any(name.startswith("victim p95 ratio") for name in unfair["failed"]), unfair["explain"]
 
 

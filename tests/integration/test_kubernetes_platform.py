@@ -107,9 +107,11 @@ def test_a_kill_lands_when_the_node_stops_the_pod_not_when_the_api_was_asked(k8s
 
 
 def test_ha_runbook_on_kubernetes_fails_when_the_gateway_does_not_retry(k8s_cluster, k8s_platform, tmp_path):
-    platform = k8s_platform(defects=["no-retries"])
-    # No think time: turns are in flight to the killed pod whenever the kill lands (with a pause
-    # between turns the kill could, under a loaded machine, fall between two of them).
+    # Turns of 4 s (16 tokens at 4 a second) and no think time: a force-deleted pod leaves the
+    # gateway's discovery at once, so only turns already in flight to it can fail, and only if its
+    # process dies before they end. With 80 ms turns a loaded node's kubelet stopped the process
+    # after every one of them had ended, and the defect PASSed.
+    platform = k8s_platform(defects=["no-retries"], tokens_per_second=4)
     executed = execute("ha-replica-loss", str(platform.profile), {**HA, "users": "10", "think_time_s": "0.0"},
                        results=tmp_path / "results")
     assert executed.verdict == "FAIL", executed.explain()

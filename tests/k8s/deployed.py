@@ -122,9 +122,10 @@ def deploy(folder: Path) -> Deployed:
         # tests running beside it (schedule 1.8, container start 0-1, model load 1-2, first token
         # 0.4-0.9), once the scale to zero waits for the stopped pods to be gone; the shipped
         # kubernetes example's 20 s leaves four times that for a busy machine.
-        # noisy neighbour here: victim p95 ratio 1.22-1.24 with fair sharing, 3.71-3.84 with a
-        # first-come-first-served model server (three runs each); 2.5 sits well between the two
+        # noisy neighbour: the runbook's own budget (3.0). Once the victim's window opens where the
+        # flood is seen at the model tier (32 aggressor sessions), the victim's p95 ratio here was 1.13
+        # with fair sharing (2.52 once, with two test suites running at once) and 6.94 with a
+        # first-come-first-served model server; before, 1.21-1.24 against 3.10-3.84, and once a PASS
         "slos": {"ha-replica-loss": {"max_recovery_s": 20.0, "duration_s": 28.0},
-                 "cold-start": {"slo_p95_s": 20.0},
-                 "noisy-neighbour": {"max_victim_p95_ratio": 2.5}}}))
+                 "cold-start": {"slo_p95_s": 20.0}}}))
     return Deployed(profile, key_env, keys, in_cluster_dsn)
