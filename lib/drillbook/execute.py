@@ -87,8 +87,8 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     path, profile, parameters, state = spec.notebook, spec.profile, spec.parameters, spec.state
     workload = open_target(profile, state)  # unreachable, or a tenant key missing: refused here
     check_against_target(path.stem, parameters, workload, spec.validated)
-    results = results_dir(results)  # made here, once nothing else can refuse the run
     with run_lock(profile, path.stem, parameters, state):  # held until the run is rolled back and sealed
+        results = results_dir(results)  # made here, once nothing else (the lock too) can refuse the run
         target_argument = spec.target_argument
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
         work, executed = scratch / "work", scratch / "runbook.ipynb"
