@@ -232,24 +232,25 @@ def flood_landing(readings: Sequence[TierObservation], issued_at: float, victim:
 
 
 def flood_held_through(landed: TierObservation, after: Sequence[TierObservation], victim: str,
-               needed: float = FLOOD_OVERSUBSCRIPTION) -> Landing:
+                       needed: float = FLOOD_OVERSUBSCRIPTION) -> tuple[Landing, Contention | None]:
     """A flood seen to land (`landed`: the reading that saw it) held through the window that
     followed when, over the whole window (from that reading to the first of `after`, taken when
     the window ended), the other tenants' chunks waited at least `needed` of their own holds,
     and the tier still queued for them between the first two readings of `after`: a flood that
-    stopped in the window is not there at its end, whatever its average says."""
+    stopped in the window is not there at its end, whatever its average says. Returned with the
+    contention seen over the whole window (None when there was no change to see)."""
     if len(after) < 2:
-        return Landing(False, None, f"{len(after)} readings of the shared tier after the window (2 needed)")
+        return Landing(False, None, f"{len(after)} readings of the shared tier after the window (2 needed)"), None
     whole, still = contention(landed, after[0], victim), contention(after[0], after[1], victim)
     for part, seen in (("over the window", whole), ("at its end", still)):
         if seen is None:
             failed = next((r.error for r in after[:2] if r.error), "")
             return Landing(False, None, f"no change {part}: " + (failed or "the tier's counters went back (a replica "
-                                                                           "restarted or did not answer)"))
+                                                                           "restarted or did not answer)")), whole
         if seen.oversubscription is None or seen.oversubscription < needed:
-            return Landing(False, None, f"{part}, {seen.describe()} ({needed:g} needed)")
+            return Landing(False, None, f"{part}, {seen.describe()} ({needed:g} needed)"), whole
     assert whole is not None
-    return Landing(True, after[1].ended, whole.describe())
+    return Landing(True, after[1].ended, whole.describe()), whole
 
 
 def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | None, sustain: int = 3) -> float | None:

@@ -238,17 +238,20 @@ def test_counters_that_went_back_are_no_change_at_all():
 def test_a_flood_holds_through_a_window_only_if_it_queued_over_it_and_still_at_its_end():
     landed = tier(101.0, (1, 3, 50))
     through = [tier(106.0, (21, 63, 1050)), tier(106.3, (22.2, 66.6, 1110))]
-    held = flood_held_through(landed, through, "tenant-a")
+    held, whole = flood_held_through(landed, through, "tenant-a")
+    assert whole is not None and whole.oversubscription == 3.0 and whole.until == 106.0
     assert held.landed and held.at == 106.35 and "waited 3.00 of their own slot holds each" in held.seen
     # stopped a second into the window: its average over the window still says 3 holds, its end says none
     stopped = [tier(106.0, (5, 15, 250)), tier(106.3, (5, 15, 250))]
-    gone = flood_held_through(landed, stopped, "tenant-a")
+    gone, whole = flood_held_through(landed, stopped, "tenant-a")
+    assert whole is not None and whole.oversubscription == 3.0
     assert not gone.landed and gone.seen.startswith("at its end, the other tenants held no slot")
     # absorbed over the window: 0.1 of a hold each is no queue for isolation to protect
-    thin = flood_held_through(landed, [tier(106.0, (21, 5, 1050)), tier(106.3, (22.2, 8.6, 1110))], "tenant-a")
+    thin, _ = flood_held_through(landed, [tier(106.0, (21, 5, 1050)), tier(106.3, (22.2, 8.6, 1110))], "tenant-a")
     assert not thin.landed and thin.seen.startswith("over the window,") and "(1 needed)" in thin.seen
     # a model replica restarted in the window, or the end reading failed: no change to judge
-    assert "went back" in flood_held_through(landed, [tier(106.0, (0.5, 1, 20)), through[1]], "tenant-a").seen
-    failed = flood_held_through(landed, [through[0], tier(106.3, error="ReadTimeout")], "tenant-a")
+    back, whole = flood_held_through(landed, [tier(106.0, (0.5, 1, 20)), through[1]], "tenant-a")
+    assert "went back" in back.seen and whole is None
+    failed, _ = flood_held_through(landed, [through[0], tier(106.3, error="ReadTimeout")], "tenant-a")
     assert not failed.landed and failed.seen == "no change at its end: ReadTimeout"
-    assert flood_held_through(landed, through[:1], "tenant-a").seen.endswith("(2 needed)")
+    assert flood_held_through(landed, through[:1], "tenant-a")[0].seen.endswith("(2 needed)")

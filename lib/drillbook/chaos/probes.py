@@ -22,7 +22,7 @@ from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery
 from drillbook.evidence.summary import SloCheck
 from drillbook.errors import FaultNotLanded
-from drillbook.measure import FLOOD_OVERSUBSCRIPTION, contention, flood_held_through, restore_figures
+from drillbook.measure import FLOOD_OVERSUBSCRIPTION, flood_held_through, restore_figures
 from drillbook.observation import TierObservation, observe_tier
 
 __all__ = ["all_replicas_ready", "service_available", "client_traffic", "traffic_within_budget",
@@ -122,8 +122,7 @@ def flood_held(victim_tenant: str, needed: float = FLOOD_OVERSUBSCRIPTION,
     after = [observe_tier(run.target.tenant_metrics)]
     time.sleep(FLOOD_INTERVAL_S)
     after.append(observe_tier(run.target.tenant_metrics))
-    held = flood_held_through(landed, after, victim_tenant, needed)
-    whole = contention(landed, after[0], victim_tenant)
+    held, whole = flood_held_through(landed, after, victim_tenant, needed)
     run.record_measurement("contention", {"landed": landed.to_json(), "after": [o.to_json() for o in after],
                                           "held": held.to_json(), "needed": needed,
                                           "seen": None if whole is None else whole.to_json()})
