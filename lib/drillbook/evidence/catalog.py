@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders, writer_running
-from drillbook.evidence.ledger import LEDGER, parse_ledger
+from drillbook.evidence.bundle import MANIFEST, UNSEALED, bundle_folders, read_ledger_text, writer_running
+from drillbook.evidence.ledger import LEDGER, LedgerEntry, parse_ledger
 from drillbook.evidence.summary import RunSummary
 
 GAMEDAY_PREFIX = "gameday-"  # a game day's own bundle is named for its plan: gameday-<plan>
@@ -116,14 +116,17 @@ def read_row(folder: Path) -> BundleRow:
                      hashlib.sha256(data).hexdigest(), summary)
 
 
-def missing_rows(results_dir: Path, present: set[str]) -> list[BundleRow]:
+def missing_rows(results_dir: Path, present: set[str], ledger: list[LedgerEntry] | None = None) -> list[BundleRow]:
     """The bundles the ledger names whose folders are gone: each is still a run, of the runbook
     and target its name says, sealed when the ledger says, that did not pass. (Deleting a FAIL
-    bundle must not raise a score.) A damaged ledger gives what it still lets be read."""
-    path = Path(results_dir) / LEDGER
-    if not path.is_file():
+    bundle must not raise a score.) A damaged ledger gives what it still lets be read.
+    ledger: its entries when already read (verification reads them once, under the ledger's lock)."""
+    if ledger is not None:
+        entries = ledger
+    elif (Path(results_dir) / LEDGER).is_file():
+        entries, _ = parse_ledger(read_ledger_text(Path(results_dir)))
+    else:
         return []
-    entries, _ = parse_ledger(path.read_text(encoding="utf-8", errors="replace"))
     rows = []
     for entry in entries:
         if entry.bundle in present:
@@ -135,10 +138,11 @@ def missing_rows(results_dir: Path, present: set[str]) -> list[BundleRow]:
     return rows
 
 
-def list_bundles(results_dir: Path) -> list[BundleRow]:
-    """Every bundle, newest first: each folder, and each bundle the ledger names whose folder is gone."""
+def list_bundles(results_dir: Path, ledger: list[LedgerEntry] | None = None) -> list[BundleRow]:
+    """Every bundle, newest first: each folder, and each bundle the ledger names whose folder is
+    gone (from `ledger` when its entries were already read)."""
     rows = [read_row(folder) for folder in bundle_folders(Path(results_dir))]
-    rows += missing_rows(results_dir, {row.name for row in rows})
+    rows += missing_rows(results_dir, {row.name for row in rows}, ledger)
     return sorted(rows, key=lambda row: (row.finished_at or row.name, row.name), reverse=True)
 
 

@@ -272,9 +272,9 @@ class PeriodEvidence:
         expected_head: a ledger head kept outside (`drillbook head`), which the ledger must still
         hold: without one, a ledger cut at its tail cannot be told from a short one."""
         period = Period(since, until)
-        rows = [r for r in list_bundles(results_dir) if period.holds(r)]
         verification = verify_evidence(results_dir, trusted, source, expected_head=expected_head,
                                        head_source=head_source)
+        rows = [r for r in list_bundles(results_dir, verification.ledger) if period.holds(r)]
         return cls(results_dir, period, rows, verification, trusted, source)
 
     @property
@@ -296,12 +296,12 @@ def render(evidence: PeriodEvidence) -> str:
     environment = Environment(loader=PackageLoader("drillbook.evidence", "templates"),
                               autoescape=select_autoescape(["html", "j2"]))
     template = environment.get_template("report.html.j2")
+    withheld = score_withheld(verification)
     return template.render(
         generated_at=_stamp(datetime.now(timezone.utc)), version=__version__,
         results_dir=evidence.source.name if evidence.source else str(evidence.results_dir),
         period=evidence.period.describe(rows), sections=sections, rows=rows, gamedays=gamedays, others=others,
-        score=None if score_withheld(verification) else resilience_score(sections),
-        withheld=score_withheld(verification), score_definition=SCORE_DEFINITION,
+        score=None if withheld else resilience_score(sections), withheld=withheld, score_definition=SCORE_DEFINITION,
         findings=verification.findings, failed=failed, checked=len(verification.checked),
         signatures=signatures_line(verification, evidence.trusted), shown_verdict=shown_verdict,
         head=verification.head or "no kept head given (--expect-head): a ledger cut at its tail cannot be seen",

@@ -52,9 +52,13 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)  # bundle -> complete, interrupted, killed, incomplete, unsealed
     signatures: dict[str, str] = field(default_factory=dict)  # bundle -> TRUSTED, UNCHECKED, UNSIGNED or a problem
-    entries: int = 0
+    ledger: list[LedgerEntry] = field(default_factory=list)  # the ledger's entries as read, once, under its lock
     head: str | None = None  # what the kept ledger head showed; None: no head was given
     keys_trusted: int = 0
+
+    @property
+    def entries(self) -> int:
+        return len(self.ledger)
 
     def counts(self) -> dict[str, int]:
         """How many bundles are in each state."""
@@ -331,8 +335,7 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     report = VerifyReport(keys_trusted=len(trusted or ()))
     whole = (path / LEDGER).exists() or not (path / MANIFEST).exists() and not (path / UNSEALED).exists()
     results_dir, only = (path, None) if whole else (path.parent, {path.name})
-    entries = _read_entries(results_dir, report)
-    report.entries = len(entries)
+    entries = report.ledger = _read_entries(results_dir, report)
     seen = check_chain(results_dir, entries, report, trusted, require_signed, only)
     if only is None and results_dir.is_dir():
         _unledgered(results_dir, seen, report, trusted, require_signed)
