@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook.config import evidence_settings, results_dir
 from drillbook.processes import ProcessLedger
-from drillbook.runbook import PROCESSES
+from drillbook.processes import PROCESSES
 from drillbook.parameters import check_against_target
 from drillbook.runspec import RunSpec, resolve_run
 from drillbook.scenarios import control_of

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
-from drillbook.processes import PROCESSES  # the state dir's process ledger (named here too, as before)
+from drillbook.processes import PROCESSES
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile

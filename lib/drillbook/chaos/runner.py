@@ -325,6 +325,26 @@ def rollback_all(target_configuration: dict[str, Any], target: "Target | None" =
     return [f"{fault.kind} ({fault.detail}): {how}" for fault, how in undo_open_faults(context, None)]
 
 
+def rollback_profile(profile: "LoadedProfile", state_dir: Path | None = None) -> list[str]:
+    """Undo the faults still open on a profile's target (`drillbook rollback`). A platform
+    drillbook runs itself (the sandbox) that is no longer running holds none of them (it starts
+    clean): its open faults are closed as such, without asking it. Any other target is checked
+    (allow-list, running sandbox, tenant keys) before anything is undone."""
+    from drillbook.chaos.ledger import FaultLedger
+    from drillbook.targets import owned_platform, run_paths, target_for
+
+    platform = owned_platform(profile, state_dir)  # None: someone else runs the target
+    if platform is not None and not platform.running():
+        ledger, closed = FaultLedger(run_paths(profile, state_dir)[1]), []
+        for fault in ledger.open_faults():
+            ledger.resolve(fault, "its platform is no longer running, and starts clean")
+            closed.append(f"{fault.kind} ({fault.detail}): closed, its platform is no longer running")
+        return closed
+    directory = profile.state_dir(state_dir)
+    target = target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
+    return rollback_all(target_configuration(profile, directory), target)
+
+
 def target_configuration(profile: "LoadedProfile", state_dir: Path | None = None) -> dict[str, Any]:
     """What the runner injects into an experiment so that providers find the target and its ledger."""
     from drillbook.targets import run_paths
@@ -342,4 +362,4 @@ def sandbox_configuration(state_dir: Path) -> dict[str, Any]:
 
 
 __all__ = ["ChaosResult", "experiment_path", "target_configuration", "parameters_for", "plan", "rollback_all",
-           "run", "sandbox_configuration", "verdict_of"]
+           "rollback_profile", "run", "sandbox_configuration", "verdict_of"]

@@ -94,24 +94,6 @@ def chaos_run(
         raise typer.Exit(1)
 
 
-def _undo_open_faults(profile: "LoadedProfile", state: Optional[Path]) -> list[str]:
-    """Undo the faults still open on the target. A platform drillbook runs itself (the sandbox)
-    that is no longer running holds none of them (it starts clean): its open faults are closed as
-    such, without asking for it."""
-    from drillbook.chaos import rollback_all
-    from drillbook.chaos.ledger import FaultLedger
-    from drillbook.targets import owned_platform, run_paths
-
-    platform = owned_platform(profile, state)  # None: someone else runs the target
-    if platform is not None and not platform.running():
-        ledger, closed = FaultLedger(run_paths(profile, state)[1]), []
-        for fault in ledger.open_faults():
-            ledger.resolve(fault, "its platform is no longer running, and starts clean")
-            closed.append(f"{fault.kind} ({fault.detail}): closed, its platform is no longer running")
-        return closed
-    return rollback_all(_target_configuration(profile, state))
-
-
 @app.command("rollback")
 def rollback_command(
     target: str = TargetOption,
@@ -123,10 +105,10 @@ def rollback_command(
     seals the evidence a killed run left unsealed (verdict ERROR, "runner killed", with every
     file it had written), removing its scratch folder, and stops a sandbox that a killed game day
     had started."""
+    from drillbook.chaos.runner import rollback_profile
     from drillbook.execute import recover_killed_runs
-    from drillbook.processes import ProcessLedger
+    from drillbook.processes import PROCESSES, ProcessLedger
     from drillbook.profile import load_profile
-    from drillbook.runbook import PROCESSES
     from drillbook.targets.sandbox import SANDBOX_CHILD
 
     profile = load_profile(target)
@@ -135,7 +117,7 @@ def rollback_command(
     stopped = children.stop_orphans(besides={SANDBOX_CHILD})  # load first; a platform only once it is put back
     for line in stopped:
         console.print(f"stopped: {line}", soft_wrap=True, markup=False)
-    done = _undo_open_faults(profile, state)
+    done = rollback_profile(profile, state)
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
     sealed = recover_killed_runs(profile, directory)

@@ -50,7 +50,7 @@ def load_command(
     from drillbook.errors import DeliveryError
     from drillbook.load import api_env, locustfile_for, profile_env, run_load
     from drillbook.processes import ProcessLedger
-    from drillbook.runbook import PROCESSES
+    from drillbook.processes import PROCESSES
     from drillbook.shutdown import Interrupted
     from drillbook.config import usable_folder
     from drillbook.targets import open_target
