@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 from drillbook.measure import (PERCENTILE, READY_FROM_EVENTS, SUSTAIN_READINGS, ColdStartTrial, cold_start_phases,
-                               cold_start_summary, ha_figures, load_needed_after_fault, recovered_at, replicas_ready_at)
+                               cold_start_summary, ha_figures, load_needed_after_fault, recovered_at, replicas_ready_at,
+                               still_down_at)
 from drillbook.observation import ReplicaObservation
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
@@ -252,10 +253,10 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
     # under the same name); else the readings, counted only from those that began after the
     # kill was seen to land, held for SUSTAIN readings (a pod's replacement has a new name).
     ready_at = replicas_ready_at(events, killed, fault_at) if fault_at and landed_at is not None else None
+    readings = [*(ReplicaObservation.from_json(o) for o in fault.get("observations") or []), *watch.samples]
     if ready_at is not None:
         run.record("replicas_ready_from", READY_FROM_EVENTS)
     else:
-        readings = [*(ReplicaObservation.from_json(o) for o in fault.get("observations") or []), *watch.samples]
         ready_at = recovered_at(readings, landed_at, SUSTAIN_READINGS)
         run.record("replicas_ready_from", f"readings every {watch.interval_s:g}s, {SUSTAIN_READINGS} in a row")
     turns = load_result.requests[load_result.requests["name"] == "turn"]
@@ -289,6 +290,9 @@ def ha_replica_loss(run: Run, users: int, duration_s: float, kill_count: int, ki
         short = load_needed_after_fault(load_end, landed_at, max_recovery_s, hold_s) or 0.0
         if ready_at is not None and ready_at - fault_at > max_recovery_s:
             service_recovered = ready_at - fault_at  # a lower bound: the service cannot be back before its replicas
+            run.record("recovery_time_lower_bound", True)
+        elif short > 0 and (down := still_down_at(readings, fault_at + max_recovery_s)) is not None:
+            service_recovered = down - fault_at  # a lower bound: a reading after the limit saw replicas missing
             run.record("recovery_time_lower_bound", True)
         elif short > 0:
             seen = (load_end - landed_at) if load_end is not None else 0.0

@@ -273,6 +273,16 @@ def recovered_at(observations: Sequence[ReplicaObservation], landed_at: float | 
     return None
 
 
+def still_down_at(observations: Sequence[ReplicaObservation], since: float) -> float | None:
+    """The start of the latest reading that began at or after `since` and answered that the role
+    had fewer replicas ready than it wants: the replicas were not back at that moment, so they
+    came back later than it, if at all. A reading that began earlier, or got no answer, is no
+    evidence of it. None when no such reading was taken."""
+    down = [seen.started for seen in observations
+            if seen.started >= since and not seen.error and seen.ready < seen.desired]
+    return max(down) if down else None
+
+
 def store_loss_landing(observations: Sequence[StoreObservation], issued_at: float) -> Landing:
     """A destroyed store is seen in the first reading that started at or after the disaster was
     issued and found the store unhealthy, or could not read back a session known to exist."""

@@ -97,9 +97,13 @@ def test_stale_status_cannot_make_a_slow_restart_look_fast_through_commands(tiny
     back = [e["t"] for e in truth if e["event"] == "ready" and e["t"] > killed]
     found = values(executed)
     recovery = next(c for c in executed.summary["checks"] if c["name"] == "service recovery time")
-    # at least the 9 s restart; or, when the load ended before the replica was back, all the load
-    # after the kill, as a lower bound (how much load followed the kill depends on the machine)
-    assert not recovery["passed"] and recovery["value"] >= min(9.0, found["load_after_kill_s"]) - 1e-6, found
+    # at least the 9 s restart; or, when the load ended before the replica was back, a lower bound
+    # over the 5 s allowed: all the load after the kill, or the last reading that saw the replica
+    # missing (how much load followed the kill, and when the kill landed, depend on the machine:
+    # under load it landed 2 s after the call and the load ended 8.4 s after it, CI run 14)
+    assert not recovery["passed"] and recovery["value"] > 5.0, found
+    if not found.get("recovery_time_lower_bound"):
+        assert recovery["value"] >= 9.0 - 1e-6, found
     if back and found["replicas_recovered_s"] is not None:  # never early against the pool's own clock
         assert found["replicas_recovered_s"] >= back[0] - killed - 0.05
     figures = recompute_bundle(executed.bundle)  # the readings path, derived again from the kept readings

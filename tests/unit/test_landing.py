@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import (contention, flood_held_through, flood_landing, kill_landing, load_needed_after_fault,
-                               recovered_at, scale_down_landing, store_loss_landing)
+                               recovered_at, scale_down_landing, still_down_at, store_loss_landing)
 from drillbook.observation import ReplicaObservation as R
 from drillbook.observation import StoreObservation as S
 from drillbook.observation import TierObservation as T
@@ -118,6 +118,18 @@ def test_recovery_counts_only_readings_that_began_after_the_landing():
     readings = [full(100.0, took=0.4), short(100.35), short(101.0), full(104.0), full(104.25), full(104.5)]
     assert recovered_at(readings, landed_at, sustain=3) == 104.05
     assert recovered_at(readings, None, sustain=3) is None
+
+
+def test_replicas_still_down_after_the_limit_are_seen_only_in_answered_readings_begun_after_it():
+    limit = KILL + 5.0
+    # a reading that began before the limit and answered after it describes the world before it
+    assert still_down_at([short(104.9, took=0.4)], limit) is None
+    # a reading that got no answer says nothing about readiness, whatever it counts as elsewhere
+    assert still_down_at([R(105.5, 105.6, error="ReadTimeout")], limit) is None
+    assert still_down_at([full(105.5), full(106.0)], limit) is None
+    # the latest one that saw a replica missing, by when it began, in any order
+    assert still_down_at([short(106.5), short(105.0), full(107.0), short(105.5)], limit) == 106.5
+    assert still_down_at([], limit) is None
 
 
 def test_recovery_must_hold_for_the_sustained_readings_flapping_does_not_count():
