@@ -63,8 +63,8 @@ def install_plugins(folder: Path) -> Path:
                                 {"drillbook.targets": {"tinyagent-admin": "tinyagent_target:tinyagent_admin"}})
 
 
-def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent") -> Path:
-    ctl = [sys.executable, str(TINYAGENT), "ctl", "--admin", admin]
+def write_profile(path: Path, port: int, admin: str, verifier: str = "tinyagent", admin_token: str = "") -> Path:
+    ctl = [sys.executable, str(TINYAGENT), "ctl", "--admin", admin, *([f"--token={admin_token}"] if admin_token else [])]
 
     def command(*args: str) -> str:
         return " ".join([*ctl, *args])
@@ -102,16 +102,19 @@ def tinyagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     monkeypatch.setenv("DRILLBOOK_STATE_DIR", str(tmp_path / "state"))
     started: list[subprocess.Popen] = []
 
-    def start(bug: str = "none", verifier: str = "tinyagent", lies: tuple[str, ...] = ()) -> TinyAgent:
+    def start(bug: str = "none", verifier: str = "tinyagent", lies: tuple[str, ...] = (),
+              admin_token: str = "") -> TinyAgent:
         port, admin_port = free_port(), free_port()
         data = tmp_path / f"tinyagent-{len(started)}"
         process = subprocess.Popen(
             [sys.executable, str(TINYAGENT), "serve", "--port", str(port), "--admin-port", str(admin_port),
              "--data", str(data), "--replicas", "2", "--bug", bug, *(f"--lie={lie}" for lie in lies)],
-            env={**os.environ, "TINYAGENT_KEYS": "red=red-secret-1,blue=blue-secret-2"}, start_new_session=True)
+            env={**os.environ, "TINYAGENT_KEYS": "red=red-secret-1,blue=blue-secret-2",
+                 **({"TINYAGENT_ADMIN_TOKEN": admin_token} if admin_token else {})}, start_new_session=True)
         started.append(process)
         admin = f"http://127.0.0.1:{admin_port}"
-        agent = TinyAgent(write_profile(tmp_path / f"tinyagent-{len(started)}.yaml", port, admin, verifier), admin,
+        agent = TinyAgent(write_profile(tmp_path / f"tinyagent-{len(started)}.yaml", port, admin, verifier,
+                                        admin_token), admin,
                           f"http://127.0.0.1:{port}", process, data)
 
         def healthy() -> bool:
@@ -375,6 +378,24 @@ def test_the_profiles_own_locustfile_drives_the_load_and_drillbook_audits_it(tin
     assert summary["profile"] == "tinyagent_locustfile"
     assert summary["delivery"]["acknowledged"] > 10 and summary["delivery"]["delivered"] is True
     assert list((tmp_path / "load").glob("requests-*.csv")) and list((tmp_path / "load").glob("receipts-*.jsonl"))
+
+
+def test_a_token_in_a_profiles_commands_does_its_work_and_stays_out_of_the_evidence(tinyagent, tmp_path):
+    """The pool's admin changes need a token, written in the profile's commands as `--token=…`
+    (as a platform's own CLI takes it): the drill works through it (a wrong one is refused), and
+    no file of the bundle holds it."""
+    token = "admin-token-5f0e9a77c1d3"
+    agent = tinyagent(admin_token=token)
+    refused = subprocess.run([sys.executable, str(TINYAGENT), "ctl", "--admin", agent.admin, "--token=wrong-token",
+                              "backup"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0  # the token is checked: a drill that PASSes below used it
+    results = tmp_path / "results"
+    run = drillbook("run", "restore-drill", "--target", str(agent.profile), "--results", str(results))
+    assert run.returncode == 0, run.stdout + run.stderr
+    (bundle,) = [p for p in results.iterdir() if p.is_dir()]
+    files = [p for p in bundle.rglob("*") if p.is_file()]
+    assert [p.name for p in files if token.encode() in p.read_bytes()] == []
+    assert "--token=***REDACTED***" in (bundle / "target-profile.yaml").read_text()
 
 
 def test_a_game_day_plan_names_the_profile(tinyagent, tmp_path):

@@ -101,6 +101,23 @@ def test_working_folders_are_not_secrets_but_secrets_still_are(tmp_path):
         "api_token": REDACTED, "target": "/work/main/targets/sandbox.yaml"}
 
 
+def test_secret_named_options_and_settings_are_masked_where_they_are_written_and_figures_are_not():
+    redactor = Redactor([], {})
+    written = ("ctl --admin http://127.0.0.1:9 --token=cmd-token-5f0e kill 1; ctl --api-key opt-key-77a1 scale 2; "
+               "incident INC-7 token=typed-token-8b2d; curl -H 'X-Api-Key: hdr-key-91c3'; {\"password\": \"pw-0a9b\"}")
+    cleaned = redactor.text(written)
+    for secret in ("cmd-token-5f0e", "opt-key-77a1", "typed-token-8b2d", "hdr-key-91c3", "pw-0a9b"):
+        assert secret not in cleaned, cleaned
+    assert cleaned.count(REDACTED) == 5 and "--admin http://127.0.0.1:9" in cleaned and "kill 1" in cleaned
+    # not secrets: figures whose names hold "token", a file named by a secret-named option, prose
+    for kept in ("tokens_per_second: 4", "max_tokens=256", "first_token 1.25", "--token-file /run/secrets/t",
+                 "the session token expired", "api_key: 123456", "auth_header: X-Api-Key", "--token -v"):
+        assert redactor.text(kept) == kept
+    assert redactor.data({"phase_means_s": {"first_token": 1.19}, "token_count": 3, "tls_secret": True,
+                          "api_token": "x"}) == {"phase_means_s": {"first_token": 1.19}, "token_count": 3,
+                                                 "tls_secret": True, "api_token": REDACTED}
+
+
 @pytest.mark.parametrize(("value", "unit", "shown"), [
     (1.1905298233032227, "s", "1.19s"), (3.0, "", "3"), (0, "", "0"), (0.012345, "", "0.0123"),
     (2345.6789, "ms", "2345.7ms"), (None, "s", "not measured"), (-0.5, "", "-0.5"),

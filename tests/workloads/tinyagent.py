@@ -13,10 +13,11 @@ header (X-Request-Id), other field names (id, index, digest), no streaming, and 
                        [--bug lose-first-turn] [--worker-command CMD] [--health-path P] [--no-activator]
                        [--store-bug empty-backups] [--lie noop-kill|slow-restart|stale-status|noop-destroy
                        |noop-restore (repeat)]
-    tinyagent.py ctl --admin URL status | kill COUNT SIGNAL | scale N | backup | restore NAME |
+    tinyagent.py ctl --admin URL [--token T] status | kill COUNT SIGNAL | scale N | backup | restore NAME |
                      destroy | recreate | healthy
 
-Tenant keys come from TINYAGENT_KEYS (team=key,...). `serve` runs a router on --port that
+Tenant keys come from TINYAGENT_KEYS (team=key,...); with TINYAGENT_ADMIN_TOKEN set, the admin
+API's changes (kill, scale, the store's operations) need it in X-Admin-Token (ctl --token). `serve` runs a router on --port that
 forwards to worker processes (restarted when they die, retried on another worker when one
 fails mid-request, started on demand when scaled to zero) and an admin API on --admin-port.
 The bug lose-first-turn acknowledges a conversation's first message without storing it. The lies
@@ -345,6 +346,9 @@ def serve(args: argparse.Namespace) -> None:
             self.answer(404, {"error": "not found"})
 
         def do_POST(self) -> None:
+            token = os.environ.get("TINYAGENT_ADMIN_TOKEN")
+            if token and self.headers.get("X-Admin-Token") != token:  # changes need the token; reads do not
+                return self.answer(403, {"error": "X-Admin-Token required"})
             url = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == "/kill":
@@ -417,7 +421,8 @@ def serve(args: argparse.Namespace) -> None:
 
 def ctl(args: argparse.Namespace) -> int:
     def call(method: str, path: str) -> dict:
-        request = urllib.request.Request(args.admin.rstrip("/") + path, method=method)
+        request = urllib.request.Request(args.admin.rstrip("/") + path, method=method,
+                                         headers={"X-Admin-Token": args.token} if args.token else {})
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
@@ -470,6 +475,7 @@ def main() -> int:
     w.add_argument("--load-delay", type=float, default=0.0)
     c = sub.add_parser("ctl")
     c.add_argument("--admin", required=True)
+    c.add_argument("--token", help="the admin token changes need (the pool's TINYAGENT_ADMIN_TOKEN)")
     c.add_argument("op")
     c.add_argument("rest", nargs="*")
     args = parser.parse_args()
