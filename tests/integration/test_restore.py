@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from drillbook.errors import ControlApiError
@@ -43,6 +45,9 @@ def test_backup_destroy_restore_gives_identical_sessions(sandbox_factory, reques
         assert client.turn(sessions[0], "the platform works again")["seq"] == 4
         kinds = [e["kind"] for e in control.events()]
     assert kinds.index("backup_created") < kinds.index("store_destroyed") < kinds.index("store_restored")
+    # the sessions, their backups and the folder they are in are the user's alone
+    made = [Path(backup["path"]), *([handle.state_dir / "store" / "state.db"] if store == "sqlite" else [])]
+    assert [str(p) for p in made if not p.exists() or p.stat().st_mode & 0o077] == []
 
 
 def test_restore_refuses_a_tampered_backup(sandbox_factory):

@@ -64,8 +64,10 @@ def _lock_path(state_dir: Path) -> Path:
 
 
 def _try_lock(state_dir: Path) -> int | None:
-    """An fd holding the sandbox lock, or None when a supervisor holds it."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    """An fd holding the sandbox lock, or None when a supervisor holds it. The state folder is
+    made for this user only (0700) when it is made here: it holds the tenant keys, the store and
+    its backups (a folder the user made is left as it is; the files are 0600 in any case)."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(_lock_path(state_dir), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

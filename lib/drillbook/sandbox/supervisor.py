@@ -629,6 +629,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="drillbook sandbox supervisor (started by `drillbook sandbox up`)")
     parser.add_argument("--runtime", type=Path, required=True)
     args = parser.parse_args(argv)
+    # The store, its backups and every file the services write hold the tenants' sessions: for
+    # this user only (0600, folders 0700), in this process and the services it starts.
+    os.umask(0o077)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s supervisor %(levelname)s %(message)s")
     use_fast_event_loop()
     asyncio.run(Supervisor(Runtime.read(args.runtime)).run())
