@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -119,8 +120,31 @@ def drillbook_image(real_node) -> images.Image:
     return images.drillbook()
 
 
-def test_a_pod_reaches_a_service_by_name_and_the_api_through_its_service(real_node, folder, drillbook_image):
-    found = node.run("service_network", folder, extra=[drillbook_image])
+@pytest.fixture(scope="module")
+def deployed_node(real_node, drillbook_image) -> Iterator[tuple[dict[str, Any], Path]]:
+    """One node for the three checks that need drillbook's image and deploy/
+    (node_checks.deployed_platform): what each part saw, under its name, and the node's folder."""
+    import shutil
+    import tempfile
+
+    made = Path(tempfile.mkdtemp(prefix="drillbook-node-"))
+    try:
+        yield node.run("deployed_platform", made, timeout_s=1700, extra=[drillbook_image, images.postgres()]), made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def part(deployed_node: tuple[dict[str, Any], Path], name: str) -> dict[str, Any]:
+    """What one part of the shared node check saw; the test fails on the error it raised."""
+    found = deployed_node[0][name]
+    assert "error" not in found, found["error"]
+    return found
+
+
+# These three run within the first one's limit: the node, the images and deploy/ are set up once.
+@pytest.mark.timeout(2400)
+def test_a_pod_reaches_a_service_by_name_and_the_api_through_its_service(deployed_node):
+    found = part(deployed_node, "service_network")
     assert found["succeeded"] == 1, found["log_tail"]
     assert found["service_by_name"] == 200  # DNS name -> ClusterIP -> kube-proxy -> a busybox pod
     assert found["api_in_cluster"] == 403  # the API server, via the kubernetes Service: who, not what
@@ -128,8 +152,8 @@ def test_a_pod_reaches_a_service_by_name_and_the_api_through_its_service(real_no
 
 
 def test_the_reference_platform_from_deploy_runs_in_containers_passes_its_drills_and_fails_with_a_defect(
-        real_node, folder, drillbook_image):
-    found = node.run("reference_platform", folder, timeout_s=1500, extra=[drillbook_image, images.postgres()])
+        deployed_node):
+    found = part(deployed_node, "reference_platform")
     assert found["target_check"] == 0, found["target_check_out"]
     for runbook in ("ha-replica-loss", "cold-start", "restore-drill", "noisy-neighbour"):
         assert found[runbook]["verdict"] == "PASS", found[runbook]["explain"]
@@ -150,10 +174,10 @@ def test_the_reference_platform_from_deploy_runs_in_containers_passes_its_drills
     assert any(name.startswith("victim p95 ratio") for name in unfair["failed"]), unfair["explain"]
 
 
-def test_the_scheduled_game_day_runs_drillbook_from_its_image_and_its_evidence_verifies_outside(real_node, folder,
+def test_the_scheduled_game_day_runs_drillbook_from_its_image_and_its_evidence_verifies_outside(deployed_node,
                                                                                                 drillbook_image):
-    image = drillbook_image
-    found = node.run("scheduled_gameday", folder, timeout_s=1500, extra=[image, images.postgres()])
+    image, folder = drillbook_image, deployed_node[1]
+    found = part(deployed_node, "scheduled_gameday")
     assert found["service_account"] == "drillbook-runner" and found["image"].endswith(image.ref.split("/", 1)[1])
     assert found["succeeded"] == 1 and found["exit_code"] == 0, found["log_tail"]  # the game day's verdict: all PASS
     evidence = Path(found["evidence"])

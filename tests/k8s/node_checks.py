@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +183,10 @@ def scheduled_gameday(node: Node) -> dict[str, Any]:
     volume (no provisioner), so that the host can verify what the pod wrote."""
     from kubernetes import utils
 
-    from tests.k8s.deployed import deploy, documents
+    from tests.k8s.deployed import documents
 
     core, batch = client.CoreV1Api(), client.BatchV1Api()
-    deployed = deploy(node.folder.parent)
+    deployed = _deployment(node)
     utils.create_from_yaml(client.ApiClient(), str(REPOSITORY / "deploy" / "rbac" / "runner.yaml"))
     evidence = node.folder.parent / "evidence"
     evidence.mkdir(exist_ok=True)
@@ -227,11 +228,21 @@ def pod_log(pod: client.V1Pod) -> str:
     return "".join(path.read_text(errors="replace") for path in sorted(folder.glob("*/*.log")))
 
 
-def _deployed_for_drills(node: Node) -> Any:
-    """deploy/ on the node, and this process set up to run drills on it as the runner would."""
+_DEPLOYED: dict[Path, Any] = {}
+
+
+def _deployment(node: Node) -> Any:
+    """deploy/ on the node, applied once whichever check asks first (a node shared by checks)."""
     from tests.k8s.deployed import deploy
 
-    deployed = deploy(node.folder.parent)
+    if node.folder not in _DEPLOYED:
+        _DEPLOYED[node.folder] = deploy(node.folder.parent)
+    return _DEPLOYED[node.folder]
+
+
+def _deployed_for_drills(node: Node) -> Any:
+    """deploy/ on the node, and this process set up to run drills on it as the runner would."""
+    deployed = _deployment(node)
     os.environ.update(deployed.key_env)
     os.environ["KUBECONFIG"] = str(node.plane.kubeconfig)
     os.environ["DRILLBOOK_STATE_DIR"] = str(node.folder.parent / "drillbook-state")
@@ -273,6 +284,25 @@ def reference_platform(node: Node) -> dict[str, Any]:
     _roll_out_env("model-server", {"DRILLBOOK_DEFECTS": "no-fair-sharing"})
     found["model_servers_with_defect"] = _pod_names("model-server")
     found["noisy-neighbour-unfair"] = _drill(node, deployed.profile, "noisy-neighbour", {})
+    return found
+
+
+def deployed_platform(node: Node) -> dict[str, Any]:
+    """One node for the three checks that need drillbook's image and deploy/ (each on a node of
+    its own took a control plane, an image import and a deployment of the platform apiece):
+    service_network, then scheduled_gameday (the game day in a pod, against deploy/ as applied),
+    then reference_platform (the runner on the node; it ends by rolling a defect out to the
+    model server, so it is last). Each part's result, or the error it raised, under its name:
+    one part failing does not hide what the others saw."""
+    found: dict[str, Any] = {}
+    for part in (service_network, scheduled_gameday, reference_platform):
+        began = time.monotonic()
+        try:
+            found[part.__name__] = part(node)
+        except Exception:  # noqa: BLE001 - reported to the part's test, which fails on it
+            found[part.__name__] = {"error": traceback.format_exc()[-4000:]}
+        found[part.__name__]["part_seconds"] = round(time.monotonic() - began, 1)
+        print(f"node check part {part.__name__}: {found[part.__name__]['part_seconds']} s", flush=True)
     return found
 
 
