@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from drillbook.config import evidence_settings, results_dir
-from drillbook.processes import ProcessLedger
-from drillbook.processes import PROCESSES
+from drillbook.errors import EvidenceError
+from drillbook.processes import PROCESSES, ProcessLedger
 from drillbook.parameters import check_against_target
 from drillbook.runspec import RunSpec, resolve_run
 from drillbook.scenarios import control_of
@@ -189,12 +189,31 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
     if ending.undone:
         bundle.event("fallback_rollback", undone=ending.undone)
     try:
-        summary = collect_run(bundle, runbook, profile, work, executed, ending)
-    except Exception as error:
-        bundle.seal("incomplete", error=f"collecting the run's files failed: {type(error).__name__}: {error}")
-        raise
-    bundle.seal("interrupted" if ending.interrupted is not None else "complete")
+        try:
+            summary = collect_run(bundle, runbook, profile, work, executed, ending)
+        except OSError:
+            raise
+        except Exception as error:
+            bundle.seal("incomplete", error=f"collecting the run's files failed: {type(error).__name__}: {error}")
+            raise
+        bundle.seal("interrupted" if ending.interrupted is not None else "complete")
+    except OSError as error:  # a full disk, an I/O error: the run is kept for rollback to seal
+        try:  # why, for the verdict rollback seals (the scratch folder is elsewhere, and may have room)
+            (work.parent / NOT_SEALED).write_text(f"the runner could not write its evidence: {error.strerror or error}; "
+                                                  f"sealed afterwards by drillbook rollback")
+        except OSError:
+            pass
+        raise EvidenceError(not_written(bundle.path, work.parent, error)) from None
     return summary
+
+
+NOT_SEALED = "not-sealed.txt"  # in a run's scratch folder: why its runner could not seal it
+
+
+def not_written(folder: Path, scratch: Path, error: OSError) -> str:
+    """Why a run's evidence could not be sealed, and what seals it: one line."""
+    return (f"evidence could not be written to {folder}: {error.strerror or error}; the run's files are kept in "
+            f"{scratch}: free space, then `drillbook rollback` seals it")
 
 
 def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", work: Path, executed: Path,
@@ -265,7 +284,8 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
     from drillbook.targets import target_for
 
     ledger = ProcessLedger(state / PROCESSES)
-    done = []
+    done: list[str] = []
+    failed: list[str] = []
     for entry in ledger.open_entries():
         if entry.kind != "run" or same_process(entry.owner_pid, entry.owner_ticks):
             continue
@@ -278,12 +298,29 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
                 secrets = []
             bundle = BundleWriter.resume(folder, secrets=secrets, **evidence_settings())
             killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
-            ending = RunEnding(error=f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died "
-                                     "before it could seal this run; sealed afterwards by drillbook rollback")
-            collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
-            bundle.event("sealed_by_rollback", runner_pid=entry.owner_pid)
-            bundle.seal("killed")
-            done.append(f"{folder.name}: ERROR, runner killed (pid {entry.owner_pid})")
+            why = scratch / NOT_SEALED
+            ending = RunEnding(error=why.read_text() if why.is_file() else
+                               f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died "
+                               "before it could seal this run; sealed afterwards by drillbook rollback")
+            try:
+                collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
+                bundle.event("sealed_by_rollback", runner_pid=entry.owner_pid)
+                bundle.seal("killed")
+            except OSError as error:  # still no space: this run waits, the others are sealed
+                failed.append(not_written(folder, scratch, error))
+                continue
+            done.append(f"{folder.name}: ERROR, " + ("its runner could not write its evidence" if why.is_file()
+                                                     else f"runner killed (pid {entry.owner_pid})"))
         shutil.rmtree(scratch, ignore_errors=True)
         ledger.stopped(entry, "recovered by rollback")
+    if failed:
+        raise RunsNotSealed(done, failed)
     return done
+
+
+class RunsNotSealed(EvidenceError):
+    """rollback sealed some killed runs and could not write the evidence of others."""
+
+    def __init__(self, sealed: list[str], failed: list[str]) -> None:
+        super().__init__(f"{len(failed)} run(s) not sealed: " + "; ".join(failed))
+        self.sealed, self.failed = sealed, failed

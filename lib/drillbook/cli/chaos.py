@@ -106,7 +106,7 @@ def rollback_command(
     file it had written), removing its scratch folder, and stops a sandbox that a killed game day
     had started."""
     from drillbook.chaos.runner import rollback_profile
-    from drillbook.execute import recover_killed_runs
+    from drillbook.execute import RunsNotSealed, recover_killed_runs
     from drillbook.processes import PROCESSES, ProcessLedger
     from drillbook.profile import load_profile
     from drillbook.targets.sandbox import SANDBOX_CHILD
@@ -120,16 +120,23 @@ def rollback_command(
     done = rollback_profile(profile, state)
     for line in done:
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
-    sealed = recover_killed_runs(profile, directory)
+    try:
+        sealed, unsealed = recover_killed_runs(profile, directory), []
+    except RunsNotSealed as partly:  # a full disk: those runs wait for the next rollback
+        sealed, unsealed = partly.sealed, partly.failed
     for line in sealed:
         console.print(f"sealed: {line}", soft_wrap=True, markup=False)
     platforms = children.stop_orphans(kinds={SANDBOX_CHILD})  # a sandbox a killed game day started
     for line in platforms:
         console.print(f"stopped: {line}", soft_wrap=True, markup=False)
     stopped += platforms
-    if not (stopped or done or sealed):
+    if not (stopped or done or sealed or unsealed):
         console.print("nothing to roll back")
     else:
         console.print(f"{len(stopped)} processes stopped, {len(done)} faults undone, {len(sealed)} bundles sealed")
+    if unsealed:
+        for line in unsealed:
+            err_console.print(f"not sealed: {line}", soft_wrap=True, markup=False)
+        raise typer.Exit(1)
 
 

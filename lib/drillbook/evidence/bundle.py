@@ -59,19 +59,29 @@ def utc_iso(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def atomic_create(path: Path, data: bytes) -> None:
-    """Create path with data, never replacing an existing file: write, fsync, hard-link, unlink."""
+def atomic_create(path: Path, data: bytes, replace: bool = False) -> None:
+    """Create path with data, never replacing an existing file: write, fsync, hard-link, unlink.
+    The same bytes written again are no overwrite (a seal taken up again after a full disk).
+    replace: an unsealed bundle taken over by rollback, whose files are not evidence yet.
+    A write that fails (a full disk, an I/O error) leaves no partial file behind."""
     partial = path.with_name(f".{path.name}.{secrets_module.token_hex(4)}.partial")
-    with open(partial, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
     try:
-        os.link(partial, path)
-    except FileExistsError:
-        raise EvidenceError(f"{path} already exists; evidence is never overwritten") from None
+        with open(partial, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(partial, path)
+            return
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            if path.is_file() and not path.is_symlink() and path.stat().st_size == len(data) \
+                    and path.read_bytes() == data:
+                return
+            raise EvidenceError(f"{path} already exists; evidence is never overwritten") from None
     finally:
-        partial.unlink()
+        partial.unlink(missing_ok=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,9 +144,16 @@ class _LedgerLock:
         return self
 
     def append(self, entry: LedgerEntry) -> None:
-        self.handle.write(json.dumps(entry.__dict__, sort_keys=True) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
+        """Add a line; a line that could not be written whole (a full disk) is taken back."""
+        self.handle.seek(0, os.SEEK_END)
+        size = self.handle.tell()
+        try:
+            self.handle.write(json.dumps(entry.__dict__, sort_keys=True) + "\n")
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        except OSError:
+            os.truncate(self.path, size)
+            raise
 
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self.handle, fcntl.LOCK_UN)
@@ -167,12 +184,15 @@ class BundleWriter:
         self.project_root = project_root
         self.timeline: list[dict[str, Any]] = []
         self.sealed: SealedBundle | None = None
+        self.resumed = _resume is not None  # its files may be written again: nothing in it is sealed yet
         if _resume is not None:  # an unsealed bundle of a dead process, named by its marker
             marker = json.loads((_resume / UNSEALED).read_text() or "{}")
             self.path, self.results_dir = _resume, _resume.parent
             self.started = datetime.fromisoformat(marker["started_at"].replace("Z", "+00:00"))
             self.run_id, self.runbook, self.target = marker["run_id"], marker["runbook"], marker["target"]
             self.parameters, self.extra = marker.get("parameters", {}), marker.get("extra", {})
+            for leftover in self.path.rglob(".*.partial"):  # a write its writer never finished
+                leftover.unlink(missing_ok=True)
             return
         self.results_dir = Path(results_dir)
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -216,7 +236,7 @@ class BundleWriter:
 
     def write_bytes(self, relative: str, data: bytes) -> Path:
         destination = self._destination(relative)
-        atomic_create(destination, data)
+        atomic_create(destination, data, replace=self.resumed)
         return destination
 
     def write_text(self, relative: str, text: str) -> Path:
@@ -264,7 +284,8 @@ class BundleWriter:
         if self.timeline:
             ordered = sorted(self.timeline, key=lambda e: e["t"])
             atomic_create(self.path / "timeline.jsonl",
-                          "".join(json.dumps(e, sort_keys=True, default=str) + "\n" for e in ordered).encode())
+                          "".join(json.dumps(e, sort_keys=True, default=str) + "\n" for e in ordered).encode(),
+                          replace=self.resumed)
         key = signing.load_private_key(self.signing_key) if self.signing_key else None
         manifest: dict[str, Any] = {
             "format": FORMAT, "bundle": self.path.name, "run_id": self.run_id, "runbook": self.runbook,
@@ -284,15 +305,23 @@ class BundleWriter:
                 "bundle": previous.bundle, "manifest_sha256": previous.manifest_sha256}
             data = canonical_json(manifest)
             digest = hashlib.sha256(data).hexdigest()
-            atomic_create(self.path / MANIFEST, data)
-            if key is not None:
-                atomic_create(self.path / SIGNATURE, canonical_json({
-                    "fingerprint": manifest["signing"]["fingerprint"], "manifest_sha256": digest,
-                    "signature": signing.sign(key, digest)}))
             entry = LedgerEntry(len(entries) + 1, self.path.name, digest,
                                 previous.manifest_sha256 if previous else None, manifest["finished_at"], status)
-            (self.path / UNSEALED).unlink()  # before the ledger names it: a sealed bundle holds no marker
-            ledger.append(entry)
+            marker = (self.path / UNSEALED).read_bytes()
+            try:
+                atomic_create(self.path / MANIFEST, data)
+                if key is not None:
+                    atomic_create(self.path / SIGNATURE, canonical_json({
+                        "fingerprint": manifest["signing"]["fingerprint"], "manifest_sha256": digest,
+                        "signature": signing.sign(key, digest)}))
+                (self.path / UNSEALED).unlink()  # before the ledger names it: a sealed bundle holds no marker
+                ledger.append(entry)
+            except OSError:  # a full disk: the bundle stays unsealed, as it was, for rollback to seal
+                for made in (MANIFEST, SIGNATURE):
+                    (self.path / made).unlink(missing_ok=True)
+                if not (self.path / UNSEALED).exists():
+                    (self.path / UNSEALED).write_bytes(marker)
+                raise
             if self.witness is not None:  # the history's new head, kept outside the results folder
                 append_witness(self.witness, head_of(self.results_dir, entry, key))
         make_read_only(self.path)
