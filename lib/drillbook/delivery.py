@@ -14,7 +14,6 @@ checks cannot pass.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence, r
 
 import httpx
 
+from drillbook import jsonl
 from drillbook.errors import ConfigError, DeliveryError
 from drillbook.plugins import VERIFIERS
 
@@ -65,10 +65,7 @@ class Receipt:
 def read_receipts(paths: Iterable[Path]) -> list[Receipt]:
     receipts = []
     for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    receipts.append(Receipt(**json.loads(line)))
+        receipts.extend(Receipt(**record) for record in jsonl.read(path))
     return receipts
 
 

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from drillbook import jsonl
 from drillbook.config import evidence_settings, results_dir
 from drillbook.errors import EvidenceError
 from drillbook.processes import PROCESSES, ProcessLedger
@@ -232,7 +233,7 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
             bundle.event("html_not_rendered", error=f"{type(error).__name__}: {error}")
     timeline = work / TIMELINE
     if timeline.exists():
-        bundle.add_events(read_jsonl(timeline))
+        bundle.add_events(jsonl.read(timeline))
         timeline.unlink()
     summary_path = work / "summary.json"
     finished = summary_path.exists() and ending.error is None and ending.interrupted is None
@@ -241,17 +242,6 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
     bundle.write_json("summary.json", summary)
     bundle.copy_tree(work, ".")
     return summary
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSONL file (a line cut by a kill is left out)."""
-    entries = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entries.append(json.loads(line))
-        except ValueError:
-            continue
-    return entries
 
 
 def partial_summary(runbook: str, work: Path, ending: RunEnding) -> dict[str, Any]:
@@ -263,7 +253,7 @@ def partial_summary(runbook: str, work: Path, ending: RunEnding) -> dict[str, An
     metrics: dict[str, Any] = {}
     checks: list[SloCheck] = []
     records = work / RECORDS
-    for entry in read_jsonl(records) if records.exists() else []:
+    for entry in jsonl.read(records):
         if "record" in entry:
             metrics[entry["record"]] = entry.get("value")
         elif "check" in entry:

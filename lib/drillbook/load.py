@@ -28,6 +28,7 @@ from typing import Callable
 
 import pandas as pd
 
+from drillbook import jsonl
 from drillbook import project
 from drillbook.config import LoadOptions
 from drillbook.delivery import Receipt, read_receipts
@@ -198,9 +199,7 @@ def read_request_log(paths: list[Path]) -> pd.DataFrame:
 
 
 def read_phases(path: Path, run_end: float) -> pd.DataFrame:
-    if not path.exists():
-        return pd.DataFrame(columns=["phase", "start", "end"])
-    marks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    marks = jsonl.read(path)
     rows = []
     for index, mark in enumerate(marks):
         if mark["phase"] == "done":

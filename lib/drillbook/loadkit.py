@@ -37,6 +37,7 @@ from locust import FastHttpUser, events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from drillbook import jsonl
 from drillbook.agentapi import AgentApi
 from drillbook.profile import parse_tenant_keys
 
@@ -107,8 +108,7 @@ class Recorder:
 
     def phase(self, name: str, started: float) -> None:
         if self.out is not None:
-            with open(self.out / "phases.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"phase": name, "started": started}) + "\n")
+            jsonl.append(self.out / "phases.jsonl", {"phase": name, "started": started})
 
     def flush(self) -> None:
         if self.master is not None:

@@ -9,12 +9,13 @@ functions of drillbook.measure.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from drillbook import jsonl
 
 
 @dataclass(frozen=True)
@@ -150,14 +151,10 @@ class ObservationLog:
     def add(self, observation: Any) -> Any:
         self.entries.append(observation)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(observation.to_json()) + "\n")
+            jsonl.append(self.path, observation.to_json())
         return observation
 
 
 def read_replica_observations(path: Path) -> list[ReplicaObservation]:
     """The readings a run kept, in the order taken."""
-    if not path.exists():
-        return []
-    return [ReplicaObservation.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [ReplicaObservation.from_json(record) for record in jsonl.read(path)]

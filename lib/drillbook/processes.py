@@ -10,14 +10,14 @@ never a process that only reuses a pid.
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import json
 import os
 import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Collection
+
+from drillbook import jsonl
 
 PR_SET_PDEATHSIG = 1
 
@@ -76,17 +76,6 @@ def stop_group(pgid: int, grace_s: float = 3.0) -> bool:
     return True
 
 
-def append_record(path: Path, record: dict[str, object]) -> None:
-    """Append one JSON line under an exclusive lock and fsync it: a ledger line is on disk before
-    the fault it records is applied (or the process it records is relied on)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 @dataclass(frozen=True)
 class Started:
     """One child drillbook started and must not outlive: its group, and who owns it."""
@@ -107,7 +96,7 @@ class ProcessLedger:
         self.path = Path(path)
 
     def _append(self, record: dict[str, object]) -> None:
-        append_record(self.path, record)
+        jsonl.append(self.path, record, durable=True)
 
     def started(self, kind: str, pid: int, detail: str) -> Started:
         owner = os.getpid()
@@ -119,14 +108,8 @@ class ProcessLedger:
         self._append({"stopped": entry.pid, "ticks": entry.ticks, "how": how, "at": time.time()})
 
     def open_entries(self) -> list[Started]:
-        if not self.path.exists():
-            return []
         entries: dict[tuple[int, int | None], Started] = {}
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line cut by a kill: nothing to act on
-                continue
+        for record in jsonl.read(self.path):  # a line cut by a kill is left out: nothing to act on
             if "started" in record:
                 entry = Started(**record["started"])
                 entries[(entry.pid, entry.ticks)] = entry

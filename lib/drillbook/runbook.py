@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drillbook import jsonl
 from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
@@ -29,11 +30,6 @@ RECORD_MIME = "application/vnd.drillbook.record+json"
 TIMELINE = "timeline.jsonl"
 RECORDS = "records.jsonl"
 REASON_MAX = 200  # a reason is one line; details go to the evidence
-
-
-def _append(path: Path, entry: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry, default=str) + "\n")
 
 
 def _display(kind: str, payload: dict[str, Any], text: str) -> None:
@@ -148,12 +144,12 @@ class Run:
     def event(self, kind: str, **fields: Any) -> None:
         entry = {"t": time.time(), "kind": kind, **fields}
         self.timeline.append(entry)
-        _append(self.work_dir / TIMELINE, entry)
+        jsonl.append(self.work_dir / TIMELINE, entry)
 
     def record(self, name: str, value: Any, unit: str = "") -> Any:
         """Keep a measured value; it is shown in the notebook and lands in summary.json."""
         self.metrics[name] = value
-        _append(self.work_dir / RECORDS, {"record": name, "value": value, "unit": unit})
+        jsonl.append(self.work_dir / RECORDS, {"record": name, "value": value, "unit": unit})
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         _display("record", {"name": name, "value": value, "unit": unit}, f"{name} = {shown}{unit}")
         return value
@@ -163,7 +159,7 @@ class Run:
         """Judge a value against an SLO; unmeasured values fail, with missing as their reason."""
         judged = slo_check(name, value, comparison, threshold, unit, missing)
         self.checks.append(judged)
-        _append(self.work_dir / RECORDS, {"check": judged.model_dump()})
+        jsonl.append(self.work_dir / RECORDS, {"check": judged.model_dump()})
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())
         return judged
 
@@ -205,7 +201,7 @@ class Run:
     def _add_experiment_events(self, experiment: str, events: list[dict[str, Any]]) -> None:
         for entry in events:
             self.timeline.append({**entry, "experiment": experiment})
-            _append(self.work_dir / TIMELINE, {**entry, "experiment": experiment})
+            jsonl.append(self.work_dir / TIMELINE, {**entry, "experiment": experiment})
 
     def save_plot(self, name: str, figure: Any) -> Path:
         from drillbook.plots import pyplot

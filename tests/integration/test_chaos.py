@@ -58,7 +58,8 @@ def test_every_experiment_passes_on_a_healthy_sandbox(name, sandbox_factory, tmp
     assert replicas(handle) == before  # the rollback put the target back
     kinds = [e["kind"] for e in result.timeline]
     assert "rollbacks_finished" in kinds and kinds[-1] == "experiment_finished"
-    assert (tmp_path / "run" / "journal.json").exists()
+    journal = json.loads((tmp_path / "run" / "journal.json").read_text())
+    assert "drillbook_context" not in journal["experiment"]["configuration"]  # the run's context is not evidence
     if name == "ha-replica-loss":
         assert result.measurements["traffic_fault"]["acknowledged"] > 0
     if name == "restore-drill":

@@ -64,17 +64,20 @@ def test_judging_probes_know_the_phase_or_refuse(tmp_path):
     assert run.judging_after_method()
 
 
-def test_one_run_id_is_one_context_while_it_is_open(tmp_path):
+def test_a_followed_run_travels_in_its_configuration_and_nowhere_else(tmp_path):
     configuration = {"drillbook_run_id": "run"}
-    opened = context(tmp_path).follow()
-    try:
-        assert RunContext.of(configuration) is opened
-        assert context(tmp_path).follow() is opened  # the control and the runner open the same run
-        assert opened.phase == BEFORE
-    finally:
-        opened.close()
-    with pytest.raises(ContextError):  # closed: a later call builds its own, from the configuration
-        RunContext.of(configuration)
+    opened = context(tmp_path).follow(configuration)
+    provider_copy = configuration.copy()  # what chaoslib hands a provider
+    assert RunContext.of(provider_copy) is opened
+    assert context(tmp_path).follow(configuration) is opened  # the control and the runner follow the same run
+    assert opened.phase == BEFORE
+    opened.close()
+    # Another run of the same id, in the same process, with its own configuration, is its own
+    # run: nothing module-wide remembers the first.
+    with pytest.raises(ContextError, match="drillbook_ledger is missing"):
+        RunContext.of({"drillbook_run_id": "run"})
+    with pytest.raises(ContextError, match="not a drillbook run context"):
+        context(tmp_path).follow({"drillbook_context": "forged"})
 
 
 def test_a_configuration_without_a_drillbook_target_is_refused_in_one_line():

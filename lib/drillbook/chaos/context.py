@@ -1,8 +1,10 @@
 """What one experiment run knows while it runs, handed to every provider as a value.
 
 A run's context is made once, when the run starts (by drillbook's runner, or by the drillbook
-control an experiment declares when plain `chaos run` runs it), and every provider of that run
-gets the same object back from its configuration: the target (its profile loaded once), the
+control an experiment declares when plain `chaos run` runs it), and travels in the run's own
+configuration under `drillbook_context`: chaoslib hands that one configuration to every control
+and (as a shallow copy) to every provider of the run, so each gets the same object back from it,
+and no module-level registry is needed to find it: the target (its profile loaded once), the
 fault ledger, the phase the experiment is in, the client traffic windows being driven, and the
 measurements made so far. Providers run in one process but in several threads (a background
 probe beside an action, a safeguard beside both), so changes are made under one lock.
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from drillbook import jsonl
 from drillbook.chaos.ledger import FaultLedger
 
 if TYPE_CHECKING:
@@ -62,8 +65,7 @@ def target_of(configuration: dict[str, Any]) -> "Target":
     return target_for(profile, Path(state) if state else None)
 
 
-_OPEN: dict[str, "RunContext"] = {}  # run id -> the context of a run in progress in this process
-_OPEN_LOCK = threading.Lock()
+CONTEXT = "drillbook_context"  # the configuration key a followed run's context travels under
 
 
 @dataclass(eq=False)
@@ -82,15 +84,14 @@ class RunContext:
 
     @classmethod
     def of(cls, configuration: dict[str, Any], target: "Target | None" = None) -> "RunContext":
-        """The context of the run the configuration names: the open one when it is in progress
-        here, else a new one, not yet followed (for a rollback or a dry run, which judge nothing,
-        or for the runner to follow). target: when the caller holds it already (a runbook's run),
-        so that the profile is not read again."""
-        run_id = str(configuration.get("drillbook_run_id", "manual"))
-        with _OPEN_LOCK:
-            opened = _OPEN.get(run_id)
-        if opened is not None:
+        """The context the configuration carries (a run being followed), else a new one, not yet
+        followed (for a rollback or a dry run, which judge nothing, or for the runner or the
+        control to follow). target: when the caller holds it already (a runbook's run), so that
+        the profile is not read again."""
+        opened = configuration.get(CONTEXT)
+        if isinstance(opened, RunContext):
             return opened
+        run_id = str(configuration.get("drillbook_run_id", "manual"))
         if "drillbook_ledger" not in configuration:
             raise ContextError("this experiment's configuration names no drillbook target (drillbook_ledger is "
                                "missing): run it with `drillbook chaos run`, or give it drillbook's target "
@@ -98,10 +99,13 @@ class RunContext:
         return cls(run_id, Path(configuration.get("drillbook_run_dir", ".")),
                    FaultLedger(Path(configuration["drillbook_ledger"])), target or target_of(configuration))
 
-    def follow(self) -> "RunContext":
-        """Every provider of this run id gets this context (or the one already open) until close()."""
-        with _OPEN_LOCK:
-            context = _OPEN.setdefault(self.run_id, self)
+    def follow(self, configuration: dict[str, Any]) -> "RunContext":
+        """Carry this context in the run's configuration (the one chaoslib hands to the run's
+        controls and providers), or return the one it carries already: the runner and the
+        control follow the same run."""
+        context = configuration.setdefault(CONTEXT, self)
+        if not isinstance(context, RunContext):
+            raise ContextError(f"the configuration's {CONTEXT} is not a drillbook run context")
         with context.lock:
             if context.phase is None:
                 context.phase = BEFORE
@@ -147,9 +151,7 @@ class RunContext:
             return self.measurements.get(name)
 
     def _journal(self, name: str, value: Any) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / MEASUREMENT_JOURNAL, "a", encoding="utf-8") as journal:
-            journal.write(json.dumps({"t": time.time(), "name": name, "value": value}, default=str) + "\n")
+        jsonl.append(self.run_dir / MEASUREMENT_JOURNAL, {"t": time.time(), "name": name, "value": value})
 
     # -- traffic windows ----------------------------------------------------------------------
     def publish_window(self, window: "TrafficWindow") -> None:
@@ -163,10 +165,8 @@ class RunContext:
 
     # -- the end ------------------------------------------------------------------------------
     def close(self) -> dict[str, Any]:
-        """Stop following the run; write its measurements and windows once; return the measurements."""
-        with _OPEN_LOCK:
-            if _OPEN.get(self.run_id) is self:
-                del _OPEN[self.run_id]
+        """Write the run's measurements and windows; return the measurements. Safe to repeat (the
+        control closes a run at its end, the runner again in case it was cut short)."""
         with self.lock:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / MEASUREMENTS).write_text(json.dumps(self.measurements, indent=2, default=str))

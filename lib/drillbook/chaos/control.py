@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drillbook.chaos.context import AFTER, METHOD, ROLLBACKS, RunContext
+from drillbook.chaos.context import AFTER, METHOD, ROLLBACKS, ContextError, RunContext
 
 MODULE = __name__
 DECLARATION = {"name": "drillbook", "provider": {"type": "python", "module": MODULE}}
@@ -22,7 +22,9 @@ def declared_in(experiment: dict[str, Any]) -> bool:
 
 
 def before_experiment_control(context: Any, configuration: dict[str, Any] | None = None, **kwargs: Any) -> None:
-    RunContext.of(configuration or {}).follow()
+    if configuration is None:  # chaoslib always hands one; a run without it has nothing to carry its context
+        raise ContextError("the drillbook control was called without the run's configuration")
+    RunContext.of(configuration).follow(configuration)
 
 
 def before_method_control(context: Any, configuration: dict[str, Any] | None = None, **kwargs: Any) -> None:

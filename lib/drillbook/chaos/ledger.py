@@ -7,14 +7,13 @@ undone. Undoing twice is harmless: an undone fault is not undone again.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drillbook.processes import append_record
+from drillbook import jsonl
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class FaultLedger:
         self.path = Path(path)
 
     def _append(self, record: dict[str, Any]) -> None:
-        append_record(self.path, record)
+        jsonl.append(self.path, record, durable=True)
 
     def record(self, run_id: str, target: str, kind: str, undo: dict[str, Any], **detail: Any) -> Fault:
         fault = Fault(uuid.uuid4().hex[:12], run_id, target, kind, undo, detail, time.time())
@@ -47,13 +46,8 @@ class FaultLedger:
 
     def open_faults(self, run_id: str | None = None) -> list[Fault]:
         """Faults not yet undone, newest first (optionally only one run's)."""
-        if not self.path.exists():
-            return []
         faults: dict[str, Fault] = {}
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
+        for record in jsonl.read(self.path):
             if "fault" in record:
                 fault = Fault(**record["fault"])
                 faults[fault.id] = fault

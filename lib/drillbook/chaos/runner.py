@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from drillbook import project
 from drillbook.chaos import control as drill_control
 from drillbook.chaos.actions import undo_open_faults
-from drillbook.chaos.context import RunContext
+from drillbook.chaos.context import CONTEXT, RunContext
 from drillbook.config import validation_line
 from drillbook.errors import LANDING_MARK, ConfigError
 from drillbook.scenarios import experiment_parameters
@@ -285,7 +285,7 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     fallback: list[str] = []
     journal: dict[str, Any] = {}
     handlers: list[tuple[int, Any]] = []
-    context.follow()  # from here every provider of this run id gets this context; closed in the finally
+    context.follow(configuration)  # it travels in the configuration to every control and provider of the run
     try:
         with chaoslib_quiet():
             journal = run_experiment(experiment, settings=copy.deepcopy(ROLLBACKS_ALWAYS), experiment_vars=({}, {}),
@@ -298,6 +298,7 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
             fallback.append(f"{fault.kind}: {how}")
             timeline.append({"t": time.time(), "kind": "fallback_rollback", "fault": fault.kind, "how": how})
         measurements = context.close()  # the control closed it already unless the run was cut short
+        configuration.pop(CONTEXT, None)  # the journal's copy of the experiment shares this dict: not evidence
     verdict, reasons = verdict_of(journal)
     if fallback:
         reasons.append("faults left open after the rollbacks were undone: " + "; ".join(fallback))

@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drillbook import jsonl
 from drillbook.errors import ConfigError
 from drillbook.evidence import signing
 from drillbook.evidence.ledger import SHA256_HEX, LedgerEntry, canonical_json, read_ledger
-from drillbook.processes import append_record
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -59,7 +59,7 @@ def current_head(results_dir: Path, signing_key: Path | None) -> dict[str, Any] 
 
 def append_witness(witness: Path, head: dict[str, Any]) -> None:
     """Add a head to the witness file (one JSON line per sealed bundle, locked and fsynced)."""
-    append_record(witness, head)
+    jsonl.append(witness, head, durable=True)
 
 
 def read_head(path: Path, results_dir: Path | None = None) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drillbook import jsonl
+
 TOLERANCE = 1e-6
 
 
@@ -37,10 +39,6 @@ class Recomputed:
 
     def describe(self) -> str:
         return f"{self.figure}: summary.json says {self.recorded!r}, the observations give {self.recomputed!r}"
-
-
-def _json_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _measurements(folder: Path, experiment: str) -> list[dict[str, Any]]:
@@ -66,7 +64,7 @@ def _ha(folder: Path, metrics: dict[str, Any]) -> list[Recomputed]:
     if not landing.landed:
         return found
     if metrics.get("replicas_ready_from") == READY_FROM_EVENTS:
-        events = _json_lines(folder / "observations" / "target-events.jsonl")
+        events = jsonl.read(folder / "observations" / "target-events.jsonl")
         ready_at = replicas_ready_at(events, fault.get("replicas", []), fault_at)
     else:
         watched = read_replica_observations(folder / "observations" / "readiness-agent.jsonl")
