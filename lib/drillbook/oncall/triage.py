@@ -23,7 +23,10 @@ THROTTLED_RATE = 0.05
 
 
 @dataclass
-class Finding:
+class Symptom:
+    """What triage saw, in plain words, how bad it is, and the runbook to open next (if any).
+    (Not an evidence Finding: drillbook.evidence.verify; not a TargetCheck row: drillbook.access.)"""
+
     severity: str  # critical, warning, info
     text: str
     next_runbook: str | None = None
@@ -69,17 +72,17 @@ def collect(target: Target, window_s: float = 10.0) -> Signals:
     return signals
 
 
-def findings(signals: Signals) -> list[Finding]:
+def findings(signals: Signals) -> list[Symptom]:
     """Plain-words findings, most severe first; one "nothing alarming" finding when all is well."""
-    found: list[Finding] = []
+    found: list[Symptom] = []
     if signals.store_healthy is False:
-        found.append(Finding("critical", "the state store is not serving", "restore-agent-state"))
+        found.append(Symptom("critical", "the state store is not serving", "restore-agent-state"))
     for role, counts in signals.replicas.items():
         if counts.get("desired", 0) > 0 and counts.get("ready", 0) < counts["desired"]:
-            found.append(Finding("critical", f"{role}: {counts['ready']} of {counts['desired']} replicas ready",
+            found.append(Symptom("critical", f"{role}: {counts['ready']} of {counts['desired']} replicas ready",
                                  "ha-replica-loss"))
         if counts.get("restarts_in_window", 0) > 0:
-            found.append(Finding("warning", f"{role}: {counts['restarts_in_window']} replica restarts in the last "
+            found.append(Symptom("warning", f"{role}: {counts['restarts_in_window']} replica restarts in the last "
                                             f"{signals.window_s:g}s", "ha-replica-loss"))
     active = {t: v for t, v in signals.tenants.items() if v["requests"] > 0 or v["slot_share"] > 0}
     if len(active) >= 2:
@@ -88,24 +91,24 @@ def findings(signals: Signals) -> list[Finding]:
             others = [v["queue_wait_ms"] for t, v in active.items() if t != hog and v["queue_wait_ms"] is not None]
             waits = (f"; queue wait for the others is {max(others):.0f} ms per slot"
                      f" ({hog}: {figures['queue_wait_ms'] or 0:.0f} ms)") if others else ""
-            found.append(Finding("warning", f"tenant {hog} holds {figures['slot_share']:.0%} of inference slot time"
+            found.append(Symptom("warning", f"tenant {hog} holds {figures['slot_share']:.0%} of inference slot time"
                                             f"{waits}", "shed-noisy-tenant"))
     for tenant, figures in signals.tenants.items():
         if figures["requests"] >= 10 and figures["failed"] / figures["requests"] > ERROR_RATE:
-            found.append(Finding("critical", f"tenant {tenant}: {figures['failed'] / figures['requests']:.1%} of "
+            found.append(Symptom("critical", f"tenant {tenant}: {figures['failed'] / figures['requests']:.1%} of "
                                              f"requests failed (HTTP 5xx)", "ha-replica-loss"))
         if figures["requests"] >= 10 and figures["throttled"] / figures["requests"] > THROTTLED_RATE:
-            found.append(Finding("info", f"tenant {tenant} is rate-limited: {figures['throttled'] / figures['requests']:.0%}"
+            found.append(Symptom("info", f"tenant {tenant} is rate-limited: {figures['throttled'] / figures['requests']:.0%}"
                                          " of its requests got HTTP 429"))
     order = {"critical": 0, "warning": 1, "info": 2}
     found.sort(key=lambda f: order[f.severity])
     if not [f for f in found if f.severity != "info"]:
-        found.insert(0, Finding("info", "nothing alarming: replicas ready, store serving, no tenant dominating "
+        found.insert(0, Symptom("info", "nothing alarming: replicas ready, store serving, no tenant dominating "
                                         "inference, error rates under 1%"))
     return found
 
 
-def next_runbook(found: list[Finding]) -> str | None:
+def next_runbook(found: list[Symptom]) -> str | None:
     return next((f.next_runbook for f in found if f.next_runbook), None)
 
 
@@ -120,7 +123,7 @@ def tables(signals: Signals) -> dict[str, Any]:
             "slowest": pd.DataFrame(signals.slowest)}
 
 
-def judge(run: Any, signals: Signals, found: list[Finding]) -> None:
+def judge(run: Any, signals: Signals, found: list[Symptom]) -> None:
     """Record the signals and findings; the verdict is PASS only when nothing needs attention."""
     run.record("replicas", signals.replicas)
     run.record("tenants", signals.tenants)

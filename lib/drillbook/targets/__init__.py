@@ -40,7 +40,7 @@ class Target(Protocol):
 
     def readings(self) -> list[Any]:
         """What each read-only operation returns now (each tier's status, the store's health), as
-        access.Finding rows for `target check`; a failing one is a finding, not an error."""
+        access.TargetCheck rows for `target check`; a failing one is a finding, not an error."""
 
     def has(self, role: str) -> bool: ...
 

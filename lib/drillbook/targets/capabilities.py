@@ -18,7 +18,7 @@ Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillboo
 
 
 @dataclass
-class Finding:
+class TargetCheck:
     """One row of `drillbook target check`: what was checked, whether it holds, and what was seen."""
 
     subject: str

@@ -16,7 +16,7 @@ from typing import Any
 from drillbook.errors import ConfigError, TargetUnreachable
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import ROLES, RoleCommands
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, TargetCheck, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
@@ -84,9 +84,9 @@ class CommandsTarget(ProfileTarget):
         for label, line in lines:
             try:
                 output = self._run(line, label).strip()
-                found.append(Finding(label, True, f"{line} -> {output.splitlines()[-1][:160] if output else 'exit 0'}"))
+                found.append(TargetCheck(label, True, f"{line} -> {output.splitlines()[-1][:160] if output else 'exit 0'}"))
             except TargetUnreachable as error:
-                found.append(Finding(label, False, f"{line} -> {error}"[:300]))
+                found.append(TargetCheck(label, False, f"{line} -> {error}"[:300]))
         return found
 
     def has(self, role: str) -> bool:

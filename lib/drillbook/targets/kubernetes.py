@@ -13,7 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import ROLES, LoadedProfile
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, Finding, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, TargetCheck, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.targets.store import ProfileTarget
@@ -181,16 +181,16 @@ class KubernetesTarget(ProfileTarget):
                 continue
             where = f"deployment {self.deployment(role)} in {self.namespace_of(role)}"
             try:
-                found.append(Finding(f"{role} status", True,
+                found.append(TargetCheck(f"{role} status", True,
                                      f"{where}: desired {self.desired(role)}, ready {self.ready(role)}"))
             except Exception as error:  # noqa: BLE001 - reported: this is a check
-                found.append(Finding(f"{role} status", False, f"{where}: {type(error).__name__}: {error}"[:300]))
+                found.append(TargetCheck(f"{role} status", False, f"{where}: {type(error).__name__}: {error}"[:300]))
         store = self.profile.spec.workload.store
         if store is not None and store.healthy:
             try:
-                found.append(Finding("store healthy", self.store_healthy(), store.healthy))
+                found.append(TargetCheck("store healthy", self.store_healthy(), store.healthy))
             except Exception as error:  # noqa: BLE001
-                found.append(Finding("store healthy", False, f"{store.healthy}: {error}"[:300]))
+                found.append(TargetCheck("store healthy", False, f"{store.healthy}: {error}"[:300]))
         return found
 
     def refusals(self, needs: Needs) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
-from drillbook.targets.capabilities import Finding
+from drillbook.targets.capabilities import TargetCheck
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
@@ -78,10 +78,10 @@ class SandboxTarget:
         """The supervisor's status of each service and the store's health."""
         with self._control() as control:
             status = control.status()
-            found = [Finding(f"{name} status", True, f"desired {s.get('desired')}, ready {s.get('ready')}")
+            found = [TargetCheck(f"{name} status", True, f"desired {s.get('desired')}, ready {s.get('ready')}")
                      for name, s in sorted(status["services"].items())]
             store = control.store()
-        return found + [Finding("store healthy", bool(store.get("healthy")), str(store)[:160])]
+        return found + [TargetCheck("store healthy", bool(store.get("healthy")), str(store)[:160])]
 
     def service(self, role: str) -> str:
         spec = self.profile.spec.workload.agent if role == "agent" else \
