@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from drillbook import jsonl
+from drillbook.polling import wait_until
 
 PR_SET_PDEATHSIG = 1
 
@@ -62,13 +63,15 @@ def stop_group(pgid: int, grace_s: float = 3.0) -> bool:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
+        return False
+
+    if wait_until(gone, grace_s, 0.05):
+        return True
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:

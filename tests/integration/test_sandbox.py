@@ -6,7 +6,6 @@ import json
 import threading
 import time
 import uuid
-import uuid
 
 import httpx
 import pytest

@@ -336,7 +336,7 @@ def test_verify_during_a_seal_waits_for_it_and_finds_nothing_wrong(results):
     import fcntl
 
     write_bundle(results)
-    sealing = write_bundle(results)
+    write_bundle(results)
     ledger = results / LEDGER
     lines = ledger.read_text().splitlines(keepends=True)
     make_writable(results)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, TypeVar
 
-from drillbook.chaos.context import RunContext, wait_until
+from drillbook.chaos.context import RunContext
 from drillbook.chaos.ledger import Fault
 from drillbook.errors import FaultNotLanded
 from drillbook.measure import Landing, flood_landing, kill_landing, scale_down_landing, store_loss_landing
+from drillbook.polling import wait_until
 from drillbook.observation import ReplicaObservation, StoreObservation, TierObservation, observe_tier
 from drillbook.targets.capabilities import ReplicaAddresses, TenantMetrics
 

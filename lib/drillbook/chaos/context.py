@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from drillbook import jsonl
 from drillbook.chaos.ledger import FaultLedger
@@ -41,17 +41,6 @@ MEASUREMENT_JOURNAL = "measurements.jsonl"
 
 class ContextError(RuntimeError):
     """A provider was called where no drillbook run context can serve it."""
-
-
-def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.1) -> bool:
-    """Poll condition until it is truthy (True) or timeout_s passes (False); at least one try."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
 
 
 def target_of(configuration: dict[str, Any]) -> "Target":

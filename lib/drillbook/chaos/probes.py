@@ -17,7 +17,8 @@ import httpx
 
 from drillbook.agentapi import open_session, receipt, send_turn
 from drillbook.chaos.actions import FLOOD_INTERVAL_S
-from drillbook.chaos.context import RunContext, wait_until
+from drillbook.chaos.context import RunContext
+from drillbook.polling import wait_until
 from drillbook.chaos.traffic import drive, first_token_latency
 from drillbook.delivery import Receipt, audit_delivery
 from drillbook.evidence.summary import SloCheck

@@ -110,7 +110,7 @@ class RestoreProcedure:
 
     def postcheck(self, before: StoreSnapshot | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
         """Healthy again, every restored session's chain, and turns lost against the pre-restore snapshot."""
-        from drillbook.chaos.context import wait_until
+        from drillbook.polling import wait_until
 
         healthy = wait_until(self.target.store_healthy, timeout_s, 0.2)
         after = self.snapshot() if healthy else StoreSnapshot(False, reason="the store did not become healthy")

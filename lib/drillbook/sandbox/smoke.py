@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from drillbook.delivery import DeliveryReport, Receipt, audit_delivery
+from drillbook.polling import wait_until
 from drillbook.sandbox.verifier import ReferenceVerifier
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.sandbox.client import ControlClient, TenantClient
@@ -93,16 +94,15 @@ def replica_recovery(control: ControlClient, killed: list[str], timeout: float =
     """Seconds from the first kill to the killed replica being ready again, from the supervisor's log."""
     if not killed:
         return None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def recovered() -> float | None:
         events = control.events()
         kill = next((e for e in events if e["kind"] == "replica_killed" and e["replica"] == killed[0]), None)
         ready = next((e for e in events if kill and e["kind"] == "replica_ready" and e["replica"] == killed[0]
                       and e["t"] > kill["t"]), None)
-        if kill and ready:
-            return round(ready["t"] - kill["t"], 6)
-        time.sleep(0.05)
-    return None
+        return round(ready["t"] - kill["t"], 6) if kill and ready else None
+
+    return wait_until(recovered, timeout, 0.05)
 
 
 RECOVERY_SLO_S = 10.0
