@@ -29,7 +29,7 @@ class ColdStartParameters(Parameters):
 
 SCENARIO = register(Scenario(
     name="cold-start", control="cold-start", parameters=ColdStartParameters,
-    drill="drillbook.drills:cold_start", experiment="cold-start",
+    drill="drillbook.scenarios.cold_start.drill:cold_start", experiment="cold-start",
     experiment_parameters=ColdStartExperiment,
     needs=(("agent", "status"), ("agent", "scale"), ("inference", "scale")),
     summary="scale-from-zero, N trials: P95 time to first token within SLO, every first turn stored",

@@ -74,7 +74,7 @@ def _enough_replicas(parameters: HaReplicaLossParameters, target: "Target") -> s
 
 SCENARIO = register(Scenario(
     name="ha-replica-loss", control="ha", parameters=HaReplicaLossParameters,
-    drill="drillbook.drills:ha_replica_loss", experiment="ha-replica-loss",
+    drill="drillbook.scenarios.ha_replica_loss.drill:ha_replica_loss", experiment="ha-replica-loss",
     experiment_parameters=HaReplicaLossExperiment,
     summary="kill agent replicas mid-session; no acknowledged turn lost or duplicated, errors and recovery in SLO",
     target_check=_enough_replicas, needs=(("agent", "status"), ("agent", "kill")),

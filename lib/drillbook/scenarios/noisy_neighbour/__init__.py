@@ -54,7 +54,7 @@ def _victim_is_a_tenant(parameters: NoisyNeighbourParameters, target: "Target") 
 
 SCENARIO = register(Scenario(
     name="noisy-neighbour", control="isolation", parameters=NoisyNeighbourParameters,
-    drill="drillbook.drills:noisy_neighbour", experiment="noisy-neighbour",
+    drill="drillbook.scenarios.noisy_neighbour.drill:noisy_neighbour", experiment="noisy-neighbour",
     experiment_parameters=NoisyNeighbourExperiment,
     needs=(("aggressor", "scale"), ("inference", "pods")),
     summary="an aggressor floods shared inference; the victim's p95 stays within its budget of its own baseline",

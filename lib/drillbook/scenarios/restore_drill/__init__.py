@@ -19,7 +19,7 @@ class RestoreDrillParameters(Parameters):
 
 SCENARIO = register(Scenario(
     name="restore-drill", control="restore", parameters=RestoreDrillParameters,
-    drill="drillbook.drills:restore", experiment="restore-drill",
+    drill="drillbook.scenarios.restore_drill.drill:restore", experiment="restore-drill",
     experiment_parameters=RestoreDrillParameters,
     needs=(("store", "backup"), ("store", "restore"), ("store", "destroy")),
     summary="destroy the store, restore the backup: RTO and RPO within target, every restored session intact",
