@@ -15,8 +15,10 @@ import re
 from typing import Any, Iterable, Mapping
 
 REDACTED = "***REDACTED***"
-SECRET_NAME = re.compile(r"(token|secret|passw|pwd|api[_-]?key|apikey|private[_-]?key|credential|auth|"
-                         r"(^|[_-])key$|keys$|cookie|session[_-]?key)", re.I)
+# The words that make a name a secret's, wherever it is written; a variable's or field's name
+# (SECRET_NAME) has a few more, which in free text would mask too much ("auth", "cookie", "pwd").
+SECRET_WORDS = r"token|secret|passw|api[_-]?key|apikey|private[_-]?key|credential"
+SECRET_NAME = re.compile(rf"({SECRET_WORDS}|pwd|auth|(^|[_-])key$|keys$|cookie|session[_-]?key)", re.I)
 # Bounded repetitions keep this linear on long texts without a URL in them.
 URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]{0,30}://)(?P<user>[^:/@\s]{0,256}):"
                              r"(?P<password>[^@/\s]{1,256})@", re.I)
@@ -26,11 +28,10 @@ DSN_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.I)
 # secret's (a search anchored on it stays linear on megabytes of request logs); the value stops
 # at whitespace, a quote or a separator, and a number is never taken for one.
 NAMED_SECRET = re.compile(
-    r"(?P<word>token|secret|passw|api[_-]?key|apikey|private[_-]?key|credential)(?P<rest>[A-Za-z0-9_.-]{0,80})"
+    rf"(?P<word>{SECRET_WORDS})(?P<rest>[A-Za-z0-9_.-]{{0,80}})"
     r"(?P<sep>[\"']?[ \t]*[=:][ \t]*[\"']?|[ \t]+)"
     r"(?![-+]?\d[\d.]*(?:[eE][-+]?\d+)?(?=[\s'\",;&|}]|$))(?P<value>(?!-)[^\s'\",;&|}]{1,4096})", re.I)
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 MIN_SECRET_LENGTH = 6
 # The shell's working-folder variables match "pwd" but hold the folder, which is no secret.
 NOT_SECRETS = frozenset({"PWD", "OLDPWD"})
