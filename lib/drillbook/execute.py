@@ -221,7 +221,7 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
                 ending: RunEnding) -> dict[str, Any]:
     """Copy the run's files into the bundle, merge its timeline, and write its summary: the
     notebook's own when it finished, else one built from what it had recorded so far."""
-    from drillbook.runbook import TIMELINE
+    from drillbook.timeline import TIMELINE
 
     if profile.path.is_file():
         bundle.copy_file(profile.path, "target-profile.yaml")  # names key variables, never keys

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drillbook import jsonl
+from drillbook.timeline import TIMELINE, Timeline, written_to
 from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
 from drillbook.measure import check as slo_check
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from drillbook.targets import Target
 
 RECORD_MIME = "application/vnd.drillbook.record+json"
-TIMELINE = "timeline.jsonl"
 RECORDS = "records.jsonl"
 REASON_MAX = 200  # a reason is one line; details go to the evidence
 
@@ -53,7 +53,7 @@ class Run:
         self.state_dir = state_dir
         self.metrics: dict[str, Any] = {}
         self.checks: list[SloCheck] = []
-        self.timeline: list[dict[str, Any]] = []
+        self.timeline = Timeline(written_to(work_dir / TIMELINE))
         self.chaos_runs = 0
         self.experiment_problems: list[str] = []
         self.unjudgeable: list[str] = []
@@ -142,9 +142,7 @@ class Run:
 
     # -- recording ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
-        entry = {"t": time.time(), "kind": kind, **fields}
-        self.timeline.append(entry)
-        jsonl.append(self.work_dir / TIMELINE, entry)
+        self.timeline.add(kind, **fields)
 
     def record(self, name: str, value: Any, unit: str = "") -> Any:
         """Keep a measured value; it is shown in the notebook and lands in summary.json."""
@@ -184,11 +182,10 @@ class Run:
             result = run_experiment(experiment, self.target_configuration(), run_dir, variables,
                                     target=self.workload())
         except KeyboardInterrupt:  # its rollbacks ran; keep what it did in the run's timeline
-            written = run_dir / "timeline.json"
-            self._add_experiment_events(experiment, json.loads(written.read_text()) if written.exists() else [])
+            self.timeline.merge(jsonl.read(run_dir / TIMELINE), experiment=experiment)
             self.event("experiment_interrupted", experiment=experiment)
             raise
-        self._add_experiment_events(experiment, result.timeline)
+        self.timeline.merge(result.timeline, experiment=experiment)
         self.event("experiment_finished", experiment=experiment, verdict=result.verdict)
         for reason in result.reasons:  # a fault not seen to land: nothing of this drill can be judged
             if reason.startswith(LANDING_MARK):
@@ -197,11 +194,6 @@ class Run:
             self.experiment_problems.append(
                 f"experiment {experiment} {result.verdict}: {'; '.join(result.reasons) or 'see its journal'}")
         return result
-
-    def _add_experiment_events(self, experiment: str, events: list[dict[str, Any]]) -> None:
-        for entry in events:
-            self.timeline.append({**entry, "experiment": experiment})
-            jsonl.append(self.work_dir / TIMELINE, {**entry, "experiment": experiment})
 
     def save_plot(self, name: str, figure: Any) -> Path:
         from drillbook.plots import pyplot

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from drillbook import jsonl
 from drillbook.chaos import run
 from drillbook.chaos.runner import parameters_for, sandbox_configuration
 from drillbook.errors import ConfigError
@@ -179,6 +180,10 @@ def test_a_killed_runner_is_cleaned_up_by_drillbook_rollback(sandbox_factory, tm
     runner.wait(10)
     time.sleep(0.5)
     assert replicas(handle)["agent"] == 0  # nothing rolled back by itself: the runner is dead
+    # What the killed runner saw is kept, as it happened: its timeline up to the method's actions.
+    (kept,) = [path for path in (tmp_path / "run").rglob("timeline.jsonl")]
+    kinds = [event["kind"] for event in jsonl.read(kept)]
+    assert kinds[0] == "experiment_started" and "activity_started" in kinds and "experiment_finished" not in kinds
     first = drillbook("rollback", "--target", "sandbox", state=handle.state_dir)
     assert first.returncode == 0, first.stderr
     assert "2 faults undone" in first.stdout

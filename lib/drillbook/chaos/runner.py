@@ -38,6 +38,7 @@ from drillbook.config import validation_line
 from drillbook.errors import LANDING_MARK, ConfigError
 from drillbook.scenarios import experiment_parameters
 from drillbook.shutdown import SHUTDOWN, Interrupted
+from drillbook.timeline import TIMELINE, Timeline, written_to
 
 if TYPE_CHECKING:
     from drillbook.profile import LoadedProfile
@@ -178,7 +179,7 @@ def verdict_of(journal: dict[str, Any]) -> tuple[str, list[str]]:
     return "PASS", reasons
 
 
-def _timeline_handler(timeline: list[dict[str, Any]], restore: list[tuple[int, Any]]) -> Any:
+def _timeline_handler(timeline: Timeline, restore: list[tuple[int, Any]]) -> Any:
     from chaoslib.run import RunEventHandler
 
     class TimelineHandler(RunEventHandler):  # type: ignore[misc]
@@ -187,7 +188,7 @@ def _timeline_handler(timeline: list[dict[str, Any]], restore: list[tuple[int, A
         of which signal it was; a safeguard's stop looks the same to it)."""
 
         def _add(self, kind: str, **fields: Any) -> None:
-            timeline.append({"t": time.time(), "kind": kind, **fields})
+            timeline.add(kind, **fields)
 
         def started(self, experiment: dict[str, Any], journal: dict[str, Any]) -> None:
             if threading.current_thread() is not threading.main_thread():
@@ -280,8 +281,8 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
     if safeguards:
         experiment["controls"] = [*experiment.get("controls", []), safeguard_control(safeguards)]
     ensure_experiment_is_valid(experiment)
-    timeline: list[dict[str, Any]] = [{"t": time.time(), "kind": "experiment_started", "experiment": path.stem,
-                                       "run_id": run_id}]
+    timeline = Timeline(written_to(run_dir / TIMELINE))  # as it happens: a runner killed mid-run leaves it
+    timeline.add("experiment_started", experiment=path.stem, run_id=run_id)
     fallback: list[str] = []
     journal: dict[str, Any] = {}
     handlers: list[tuple[int, Any]] = []
@@ -296,7 +297,7 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
         # Belt and braces: whatever the journal says, nothing this run injected stays in place.
         for fault, how in undo_open_faults(context, run_id):
             fallback.append(f"{fault.kind}: {how}")
-            timeline.append({"t": time.time(), "kind": "fallback_rollback", "fault": fault.kind, "how": how})
+            timeline.add("fallback_rollback", fault=fault.kind, how=how)
         measurements = context.close()  # the control closed it already unless the run was cut short
         configuration.pop(CONTEXT, None)  # the journal's copy of the experiment shares this dict: not evidence
     verdict, reasons = verdict_of(journal)
@@ -308,15 +309,14 @@ def run(name_or_path: str, target_configuration: dict[str, Any], run_dir: Path, 
         reasons.insert(0, "rollback not seen to restore the target: " + "; ".join(
             f"{fault.kind} of {fault.detail.get('service', 'the store')} still open" for fault in left)
             + " (`drillbook rollback` tries again)")
-    timeline.append({"t": time.time(), "kind": "experiment_finished", "verdict": verdict})
+    timeline.add("experiment_finished", verdict=verdict)
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
-    (run_dir / "timeline.json").write_text(json.dumps(timeline, indent=2, default=str))
     noted = next((e for e in timeline if e["kind"] == "signal_received"), None)
     if noted is not None:  # the run was stopped by a signal: its rollbacks ran; stop what called it too
         stop = Interrupted(signal.Signals[noted["signal"]], noted["t"])
         stop.outcome.append(f"experiment {path.stem} rolled back; journal {run_dir / 'journal.json'}")
         raise stop
-    return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline, measurements, run_dir)
+    return ChaosResult(path.stem, run_id, journal, verdict, reasons, timeline.events, measurements, run_dir)
 
 
 def rollback_all(target_configuration: dict[str, Any], target: "Target | None" = None) -> list[str]:

@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from drillbook.timeline import Timeline
 from drillbook import __version__
 from drillbook.digest import file_sha256 as sha256_file
 from drillbook.errors import BundleExists, EvidenceError
@@ -182,7 +183,7 @@ class BundleWriter:
         self.signing_key = signing_key
         self.witness = witness
         self.project_root = project_root
-        self.timeline: list[dict[str, Any]] = []
+        self.timeline = Timeline()  # the run's, merged: written once, sorted by time, when sealed
         self.sealed: SealedBundle | None = None
         self.resumed = _resume is not None  # its files may be written again: nothing in it is sealed yet
         if _resume is not None:  # an unsealed bundle of a dead process, named by its marker
@@ -262,11 +263,13 @@ class BundleWriter:
 
     def add_events(self, events: list[dict[str, Any]]) -> None:
         """Merge events (each with an epoch `t`) into the one timeline this bundle seals."""
+        stamped = []
         for entry in events:
             moment = float(entry.get("t", time.time()))
-            stamped = {"ts": datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="microseconds")
-                       .replace("+00:00", "Z"), **entry, "t": moment}
-            self.timeline.append(self.redactor.data(stamped))
+            stamped.append(self.redactor.data({"ts": datetime.fromtimestamp(moment, timezone.utc)
+                                               .isoformat(timespec="microseconds").replace("+00:00", "Z"),
+                                               **entry, "t": moment}))
+        self.timeline.merge(stamped)
 
     # -- sealing -----------------------------------------------------------------------------
     def _files(self) -> dict[str, dict[str, Any]]:
