@@ -88,6 +88,9 @@ def load_command(
         table.add_row(row.name, str(row.requests), str(row.failures), f"{row.p50_ms:.0f}", f"{row.p95_ms:.0f}",
                       f"{row.p99_ms:.0f}")
     console.print(table)
+    if result.locust_requests != result.total_requests:
+        console.print(f"Locust's own aggregates counted {result.locust_requests} requests; the request log has "
+                      f"{result.total_requests}: the figures above are the log's")
     phases = result.by_phase()
     if len(phases):
         phase_table = Table(title="by phase (exact, from the request log)")
@@ -101,6 +104,7 @@ def load_command(
     console.print("delivery: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     (out / "load-summary.json").write_text(json.dumps({
         "profile": locustfile.stem, "requests": result.total_requests, "failures": result.total_failures,
+        "locust_requests": result.locust_requests,
         "wall_s": result.wall_s, "exit_code": result.exit_code, "delivery": summary}, indent=2))
     if not delivery.verifiable:
         raise DeliveryError(f"delivery not verifiable: target {workload.name} names no delivery verifier")
