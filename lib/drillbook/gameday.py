@@ -8,6 +8,8 @@ and stops it at the end.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import yaml
 from pydantic import Field, ValidationError
 
-from drillbook import project
+from drillbook import jsonl, project
 from drillbook.config import StrictModel, evidence_settings, results_dir, validation_line
 from drillbook.errors import ConfigError
 from drillbook.profile import load_profile
@@ -99,6 +101,95 @@ class GameDayResult:
         return self.verdict == "PASS"
 
 
+GAMEDAY = "gameday"  # its process-ledger kind: a summary bundle that `drillbook rollback` seals if the game day dies
+RUNS = "runs.jsonl"  # in the game day's scratch folder: each run, as it ended
+
+
+class GameDaySummary:
+    """The game day's own bundle, opened when the game day starts: each run is journalled as it
+    ends, so that a game day killed outright (SIGKILL) still has its summary sealed, by
+    `drillbook rollback`, naming the runs that ended and the ones that never ran."""
+
+    def __init__(self, bundle: Any, scratch: Path, ledger: Any, entry: Any) -> None:
+        self.bundle, self.scratch, self.ledger, self.entry = bundle, scratch, ledger, entry
+
+    @classmethod
+    def open(cls, plan: GameDayPlan, target: str, results: Path | None, state: Path) -> "GameDaySummary":
+        import json
+        import tempfile
+
+        from drillbook.evidence import BundleWriter
+        from drillbook.evidence.catalog import GAMEDAY_PREFIX
+        from drillbook.processes import PROCESSES, ProcessLedger
+
+        bundle = BundleWriter(results_dir(results), f"{GAMEDAY_PREFIX}{plan.name}", target, plan.model_dump(),
+                              **evidence_settings())
+        scratch = Path(tempfile.mkdtemp(prefix="drillbook-gameday-"))
+        ledger = ProcessLedger(state / PROCESSES)
+        entry = ledger.started(GAMEDAY, os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
+        return cls(bundle, scratch, ledger, entry)
+
+    def ran(self, runbook: str, verdict: str, bundle: Path) -> None:
+        jsonl.append(self.scratch / RUNS, {"runbook": runbook, "verdict": verdict, "bundle": str(bundle)}, durable=True)
+
+    def seal(self, plan: GameDayPlan, runs: list[tuple[str, str, Path]], stopped: "Interrupted | None",
+             failed: BaseException | None = None) -> Path:
+        verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
+        not_run = [planned.runbook for planned in plan.runbooks[len(runs):]]
+        if stopped is not None:
+            verdict = "INTERRUPTED"
+            reason = (f"interrupted by {stopped.signal_name} at {stopped.moment}"
+                      + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
+        elif failed is not None:
+            verdict = "ERROR"
+            reason = (f"the game day failed: {type(failed).__name__}: {failed}"
+                      + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
+        write_summary(self.bundle, plan.name, [planned.runbook for planned in plan.runbooks], runs, verdict, reason)
+        self.bundle.seal("interrupted" if stopped is not None else "complete")
+        self.ledger.stopped(self.entry, "sealed")
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return self.bundle.path
+
+
+def write_summary(bundle: Any, plan_name: str, planned: list[str], runs: list[tuple[str, str, Path]], verdict: str,
+                  reason: str) -> None:
+    """The game day's summary.json: every run's verdict and bundle, and the ones that never ran."""
+    from drillbook.evidence import RunSummary, SloCheck
+    from drillbook.evidence.catalog import GAMEDAY_PREFIX
+
+    checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
+              for runbook, verdict, _ in runs]
+    metrics = {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs],
+               "not_run": planned[len(runs):]}
+    bundle.write_json("summary.json", RunSummary(runbook=f"{GAMEDAY_PREFIX}{plan_name}", control="gameday",
+                                                 verdict=verdict, metrics=metrics, checks=checks,
+                                                 reason=reason).to_json())
+
+
+def seal_killed_gameday(folder: Path, scratch: Path, owner_pid: int, started_at: float) -> str:
+    """Seal the summary of a game day whose runner died before it could (`drillbook rollback`):
+    verdict ERROR, the runs it journalled, the rest not run. One line says what was sealed."""
+    from datetime import datetime, timezone
+
+    from drillbook.evidence import BundleWriter
+
+    bundle = BundleWriter.resume(folder, **evidence_settings())
+    plan = bundle.parameters
+    planned = [str(item.get("runbook")) for item in plan.get("runbooks") or [] if isinstance(item, dict)]
+    runs = [(str(r["runbook"]), str(r["verdict"]), Path(str(r["bundle"]))) for r in jsonl.read(scratch / RUNS)]
+    counts = gameday_verdict([verdict for _, verdict, _ in runs])[1]
+    not_run = planned[len(runs):]
+    started = datetime.fromtimestamp(started_at, timezone.utc).isoformat(timespec="seconds")
+    reason = (f"game day killed: drillbook (pid {owner_pid}, started {started}) died before it could seal this "
+              "summary; sealed afterwards by drillbook rollback" + (f"; did not end: {', '.join(not_run)}" if not_run else "")
+              + (f"; {counts}" if counts else ""))
+    write_summary(bundle, str(plan.get("name", "")), planned, runs, "ERROR", reason)
+    bundle.event("sealed_by_rollback", runner_pid=owner_pid)
+    bundle.seal("killed")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return f"{folder.name}: ERROR, game day killed (pid {owner_pid}); {len(runs)} run(s) ended, {len(not_run)} did not"
+
+
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
@@ -119,7 +210,9 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
              for planned in plan.runbooks]  # each run resolved once, with the profile loaded once
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
+    failed: Exception | None = None
     with TargetLock(profile, f"game day {plan.name}", sandbox_state):
+        summary = GameDaySummary.open(plan, profile.name, results, specs[0].state)
         started_here = platform is not None and not platform.running()
         try:
             if started_here:
@@ -136,17 +229,22 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
                         runs.append((planned.runbook, "INTERRUPTED", stop.bundle))
                     break
                 runs.append((executed.runbook, executed.verdict, executed.bundle))
+                summary.ran(executed.runbook, executed.verdict, executed.bundle)
                 if on_done:
                     on_done(executed)
         except Interrupted as stop:  # between runbooks, or while the sandbox started
             stopped = stop
+        except Exception as error:  # noqa: BLE001 - the sandbox did not start, say: the summary says so, then it is raised
+            failed = error
         finally:
             with SHUTDOWN.shielded():
                 if started_here:
                     assert platform is not None
                     platform.stop()
         with SHUTDOWN.shielded():
-            summary_bundle = _seal_summary(plan, profile.name, runs, results, stopped)
+            summary_bundle = summary.seal(plan, runs, stopped, failed)
+    if failed is not None:
+        raise failed
     if stopped is not None:
         stopped.outcome = [*stopped.outcome, f"game-day summary sealed as {summary_bundle}"]
         stopped.bundle = summary_bundle  # the game day's own evidence: it names every run and what did not run
@@ -154,27 +252,3 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
             stopped.outcome.append("sandbox stopped")
         raise stopped
     return GameDayResult(plan, runs, summary_bundle)
-
-
-def _seal_summary(plan: GameDayPlan, target: str, runs: list[tuple[str, str, Path]], results: Path | None,
-                  stopped: "Interrupted | None") -> Path:
-    """The game day's own bundle: every run's verdict and bundle, and the ones that never ran."""
-    from drillbook.evidence import BundleWriter, RunSummary, SloCheck
-    from drillbook.evidence.catalog import GAMEDAY_PREFIX
-
-    checks = [SloCheck(name=f"{runbook} passed", comparison="==", threshold=1, value=int(verdict == "PASS"))
-              for runbook, verdict, _ in runs]
-    not_run = [planned.runbook for planned in plan.runbooks[len(runs):]]
-    metrics = {"runs": [{"runbook": r, "verdict": v, "bundle": b.name} for r, v, b in runs], "not_run": not_run}
-    verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
-    if stopped is not None:
-        verdict = "INTERRUPTED"
-        reason = (f"interrupted by {stopped.signal_name} at {stopped.moment}"
-                  + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
-    summary = RunSummary(runbook=f"{GAMEDAY_PREFIX}{plan.name}", control="gameday", verdict=verdict, metrics=metrics,
-                         checks=checks, reason=reason)
-    bundle = BundleWriter(results_dir(results), f"{GAMEDAY_PREFIX}{plan.name}", target, plan.model_dump(),
-                          **evidence_settings())
-    bundle.write_json("summary.json", summary.to_json())
-    bundle.seal("interrupted" if stopped is not None else "complete")
-    return bundle.path

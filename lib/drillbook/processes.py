@@ -22,6 +22,10 @@ from drillbook.polling import wait_until
 
 PR_SET_PDEATHSIG = 1
 
+# Entries for the evidence of a process, not for a child to stop: a runbook's run and a game
+# day's summary, sealed by `drillbook rollback` when their process died (drillbook.execute).
+SEALED_KINDS = ("run", "gameday")
+
 
 def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None]:
     """A preexec_fn: the child gets signum when the thread that started it ends."""
@@ -108,16 +112,21 @@ class ProcessLedger:
         return entry
 
     def stopped(self, entry: Started, how: str) -> None:
-        self._append({"stopped": entry.pid, "ticks": entry.ticks, "how": how, "at": time.time()})
+        self._append({"stopped": entry.pid, "ticks": entry.ticks, "kind": entry.kind, "how": how, "at": time.time()})
 
     def open_entries(self) -> list[Started]:
-        entries: dict[tuple[int, int | None], Started] = {}
+        """Entries started and not stopped. One process may hold entries of several kinds at once
+        (a game day's summary and the run it is in), so an entry is its kind, pid and start time; a
+        stopped record that names no kind (an older ledger's) closes every kind of that process."""
+        entries: dict[tuple[str, int, int | None], Started] = {}
         for record in jsonl.read(self.path):  # a line cut by a kill is left out: nothing to act on
             if "started" in record:
                 entry = Started(**record["started"])
-                entries[(entry.pid, entry.ticks)] = entry
+                entries[(entry.kind, entry.pid, entry.ticks)] = entry
             elif "stopped" in record:
-                entries.pop((record["stopped"], record.get("ticks")), None)
+                process, kind = (record["stopped"], record.get("ticks")), record.get("kind")
+                for key in [key for key in entries if key[1:] == process and kind in (None, key[0])]:
+                    del entries[key]
         return list(entries.values())
 
     def stop_orphans(self, kinds: Collection[str] | None = None, besides: Collection[str] = ()) -> list[str]:
@@ -125,7 +134,7 @@ class ProcessLedger:
         those besides); close entries of children already gone."""
         done = []
         for entry in self.open_entries():
-            if entry.kind == "run" or entry.kind in besides or (kinds is not None and entry.kind not in kinds):
+            if entry.kind in SEALED_KINDS or entry.kind in besides or (kinds is not None and entry.kind not in kinds):
                 continue  # a run is not stopped but sealed (drillbook.execute.recover_killed_runs)
             if same_process(entry.owner_pid, entry.owner_ticks):
                 continue  # its owner still runs it

@@ -319,12 +319,13 @@ def test_parameters_that_cannot_work_are_refused_before_anything_is_touched(sand
     assert replicas(sandbox) == before and not ledger_entries(sandbox.state_dir, "locust")
 
 
-def test_a_game_day_killed_outright_leaves_its_sandbox_to_rollback_which_stops_it(tmp_path):
+def test_a_game_day_killed_outright_leaves_its_sandbox_and_summary_to_rollback(tmp_path):
     from drillbook.sandbox import launcher
 
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"name": "killed", "target": "sandbox", "runbooks": [
-        {"runbook": "ha-replica-loss", "parameters": {"duration_s": 40, "kill_after_s": 25, "users": 2}}]}))
+        {"runbook": "ha-replica-loss", "parameters": {"duration_s": 40, "kill_after_s": 25, "users": 2}},
+        {"runbook": "cold-start", "parameters": {"trials": 1}}]}))
     state, results = tmp_path / "state", tmp_path / "results"
     runner = Runner(["gameday", str(plan)], state, results)
     wait_for(lambda: runner.watch() is not None and any(results.glob("*_ha-replica-loss_*")), timeout=120,
@@ -339,7 +340,16 @@ def test_a_game_day_killed_outright_leaves_its_sandbox_to_rollback_which_stops_i
                           timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "stopped: sandbox pid" in done.stdout and "sealed: " in done.stdout, done.stdout
+    assert "game day killed" in done.stdout and "2 bundles sealed" in done.stdout, done.stdout
     assert launcher.find(state) is None
+    # The game day's own summary is sealed too: ERROR, why, and the runbooks that did not end.
+    (summary_bundle,) = [p for p in results.iterdir() if "_gameday-killed_" in p.name]
+    summary = json.loads((summary_bundle / "summary.json").read_text())
+    assert summary["verdict"] == "ERROR" and summary["control"] == "gameday", summary
+    assert "game day killed" in summary["reason"] and "did not end: ha-replica-loss, cold-start" in summary["reason"]
+    verified = subprocess.run([sys.executable, "-m", "drillbook", "verify", "--allow-incomplete", str(results)],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     wait_for(lambda: runner.left_over() == [], timeout=30)  # supervisor, services, Locust, kernel: all gone
     again = subprocess.run([sys.executable, "-m", "drillbook", "rollback"], env=env, capture_output=True, text=True,
                            timeout=60)

@@ -81,3 +81,19 @@ def test_a_process_ledger_reads_through_a_cut_line(tmp_path):
     assert [e.pid for e in ledger.open_entries()] == [12345]
     ledger.stopped(entry, "stopped")
     assert ledger.open_entries() == []
+
+
+def test_one_process_may_hold_entries_of_two_kinds_and_each_is_closed_on_its_own(tmp_path):
+    ledger = ProcessLedger(tmp_path / "processes.jsonl")
+    summary = ledger.started("gameday", 4242, "a game day's summary")
+    run = ledger.started("run", 4242, "the run it is in")
+    assert sorted(e.kind for e in ledger.open_entries()) == ["gameday", "run"]
+    ledger.stopped(run, "sealed")
+    assert [e.kind for e in ledger.open_entries()] == ["gameday"]
+    ledger.stopped(summary, "sealed")
+    assert ledger.open_entries() == []
+    # An older ledger's stopped record names no kind: it closes every entry of that process.
+    ledger.started("run", 4343, "old")
+    with open(ledger.path, "a") as handle:
+        handle.write('{"stopped": 4343, "ticks": null, "how": "old"}\n')
+    assert ledger.open_entries() == []
