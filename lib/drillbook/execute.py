@@ -270,27 +270,17 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
     Runs whose runner still lives are left alone."""
     from drillbook.evidence import BundleWriter
     from drillbook.evidence.bundle import MANIFEST, UNSEALED
-    from drillbook.gameday import GAMEDAY, seal_killed_gameday
-    from drillbook.processes import SEALED_KINDS, same_process
+    from drillbook.processes import same_process
     from drillbook.targets import target_for
 
     ledger = ProcessLedger(state / PROCESSES)
     done: list[str] = []
     failed: list[str] = []
     for entry in ledger.open_entries():
-        if entry.kind not in SEALED_KINDS or same_process(entry.owner_pid, entry.owner_ticks):
-            continue
+        if entry.kind != "run" or same_process(entry.owner_pid, entry.owner_ticks):
+            continue  # a game day's summary is drillbook.gameday's to seal
         detail = json.loads(entry.detail)
         folder, scratch = Path(detail["bundle"]), Path(detail["scratch"])
-        if entry.kind == GAMEDAY:
-            if (folder / UNSEALED).is_file() and not (folder / MANIFEST).exists():
-                try:
-                    done.append(seal_killed_gameday(folder, scratch, entry.owner_pid, entry.at))
-                except OSError as error:  # still no space: it waits, the others are sealed
-                    failed.append(not_written(folder, scratch, error))
-                    continue
-            ledger.stopped(entry, "recovered by rollback")
-            continue
         if (folder / UNSEALED).is_file() and not (folder / MANIFEST).exists():
             try:
                 secrets = target_for(profile, state).secrets()

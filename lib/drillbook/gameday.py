@@ -8,6 +8,7 @@ and stops it at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -115,7 +116,6 @@ class GameDaySummary:
 
     @classmethod
     def open(cls, plan: GameDayPlan, target: str, results: Path | None, state: Path) -> "GameDaySummary":
-        import json
         import tempfile
 
         from drillbook.evidence import BundleWriter
@@ -164,6 +164,32 @@ def write_summary(bundle: Any, plan_name: str, planned: list[str], runs: list[tu
     bundle.write_json("summary.json", RunSummary(runbook=f"{GAMEDAY_PREFIX}{plan_name}", control="gameday",
                                                  verdict=verdict, metrics=metrics, checks=checks,
                                                  reason=reason).to_json())
+
+
+def recover_killed_gamedays(state: Path) -> tuple[list[str], list[str]]:
+    """Seal the summaries of game days whose process died (`drillbook rollback`, after the runs
+    they were in are sealed): a line for each sealed, and one for each that still cannot be
+    written (a full disk: it waits for the next rollback)."""
+    from drillbook.evidence.bundle import MANIFEST, UNSEALED
+    from drillbook.execute import not_written
+    from drillbook.processes import PROCESSES, ProcessLedger, same_process
+
+    ledger = ProcessLedger(state / PROCESSES)
+    done: list[str] = []
+    failed: list[str] = []
+    for entry in ledger.open_entries():
+        if entry.kind != GAMEDAY or same_process(entry.owner_pid, entry.owner_ticks):
+            continue
+        detail = json.loads(entry.detail)
+        folder, scratch = Path(detail["bundle"]), Path(detail["scratch"])
+        if (folder / UNSEALED).is_file() and not (folder / MANIFEST).exists():
+            try:
+                done.append(seal_killed_gameday(folder, scratch, entry.owner_pid, entry.at))
+            except OSError as error:
+                failed.append(not_written(folder, scratch, error))
+                continue
+        ledger.stopped(entry, "recovered by rollback")
+    return done, failed
 
 
 def seal_killed_gameday(folder: Path, scratch: Path, owner_pid: int, started_at: float) -> str:

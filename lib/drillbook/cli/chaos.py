@@ -103,10 +103,11 @@ def rollback_command(
 
     Stops any load (Locust) whose owner is gone, undoes every fault still open in the fault ledger,
     seals the evidence a killed run left unsealed (verdict ERROR, "runner killed", with every
-    file it had written), removing its scratch folder, and stops a sandbox that a killed game day
-    had started."""
+    file it had written), removing its scratch folder, seals a killed game day's summary (ERROR,
+    naming the runbooks that did not end), and stops a sandbox that a killed game day had started."""
     from drillbook.chaos.runner import rollback_profile
     from drillbook.execute import RunsNotSealed, recover_killed_runs
+    from drillbook.gameday import recover_killed_gamedays
     from drillbook.processes import PROCESSES, ProcessLedger
     from drillbook.profile import load_profile
     from drillbook.targets.sandbox import SANDBOX_CHILD
@@ -124,6 +125,8 @@ def rollback_command(
         sealed, unsealed = recover_killed_runs(profile, directory), []
     except RunsNotSealed as partly:  # a full disk: those runs wait for the next rollback
         sealed, unsealed = partly.sealed, partly.failed
+    summaries, waiting = recover_killed_gamedays(directory)  # after their runs: a summary names them
+    sealed, unsealed = sealed + summaries, unsealed + waiting
     for line in sealed:
         console.print(f"sealed: {line}", soft_wrap=True, markup=False)
     platforms = children.stop_orphans(kinds={SANDBOX_CHILD})  # a sandbox a killed game day started
