@@ -18,11 +18,13 @@ Every problem is one ConfigError line naming the field, raised before anything i
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -223,6 +225,38 @@ class SandboxSpec(StrictModel):
     state_dir: str | None = Field(None, description="the sandbox's state folder (default: DRILLBOOK_STATE_DIR)")
 
 
+def is_loopback(host: str) -> bool:
+    """This machine's loopback: localhost, 127.0.0.0/8 or ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_allowed(host: str, allowed: list[str]) -> bool:
+    """Whether drillbook may dial a host: loopback always; else only a host the profile allows by
+    name (exactly, or `*.suffix` for every name under a domain), by address, or by network (CIDR)."""
+    if is_loopback(host):
+        return True
+    host = host.lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (e.lower().rstrip(".") for e in allowed):
+        if entry == host or (entry.startswith("*.") and host.endswith(entry[1:])):
+            return True
+        if address is not None and "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 class TargetProfile(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     kind: str = Field(description="sandbox, kubernetes, commands, or a kind a package adds (drillbook.target_kinds)")
@@ -239,6 +273,9 @@ class TargetProfile(StrictModel):
         default_factory=dict, description="per runbook: parameter = threshold, over the notebook's defaults")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="settings read by a target kind a package adds (drillbook's own read none)")
+    allowed_hosts: list[str] = Field(default_factory=list, description=(
+        "hosts beyond this machine's loopback that drillbook may dial (the gateway, Prometheus): names, "
+        "`*.domain`, addresses or networks (10.0.0.0/8); a URL to any other is refused when the profile is loaded"))
 
     @field_validator("kind")
     @classmethod
@@ -272,6 +309,21 @@ class TargetProfile(StrictModel):
                 if spec is not None and spec.commands is None and role != "state_store":
                     raise ValueError(f"kind commands needs workload.{role}.commands")
         return self
+
+    @model_validator(mode="after")
+    def _dialled_hosts_allowed(self) -> "TargetProfile":
+        for where, url in self.urls():
+            host = urlsplit(url).hostname
+            if host and not host_allowed(host, self.allowed_hosts):
+                raise ValueError(f"{where} {url} is not on this machine's loopback and {host} is not in "
+                                 "allowed_hosts: add it there to let drillbook dial it")
+        return self
+
+    def urls(self) -> list[tuple[str, str]]:
+        """Every URL the profile has drillbook dial, with the field that names it."""
+        named = [("workload.gateway_url", self.workload.gateway_url),
+                 ("prometheus.url", self.prometheus.url if self.prometheus else None)]
+        return [(where, url) for where, url in named if url]
 
     def namespaces(self) -> list[tuple[str, str]]:
         """Every namespace the profile names outside its own, with the field that names it."""

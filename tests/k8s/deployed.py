@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from kubernetes import client, utils
@@ -41,6 +42,7 @@ class Deployed:
         spec = yaml.safe_load(self.profile.read_text())
         spec["kubernetes"].update(context="in-cluster", allowed_contexts=["in-cluster"])
         spec["workload"]["gateway_url"] = f"http://gateway.{NAMESPACE}.svc.cluster.local"
+        spec["allowed_hosts"] = [f"gateway.{NAMESPACE}.svc.cluster.local"]  # the Service, by its cluster name
         spec["workload"]["store"] = store_commands(self.in_cluster_dsn, backups, python="python3", script=store_ops)
         for tenant, variable in key_env.items():
             spec["tenants"][tenant]["key_env"] = variable
@@ -110,6 +112,7 @@ def deploy(folder: Path) -> Deployed:
         "description": "the reference platform from deploy/, in real containers on the test cluster's node",
         "kubernetes": {"context": "drillbook-test", "namespace": NAMESPACE, "allowed_contexts": ["drillbook-test"],
                        "allowed_namespaces": [NAMESPACE, *TENANTS]},
+        "allowed_hosts": [urlsplit(gateway_url).hostname],  # the gateway's Service address, on the node
         "workload": {"gateway_url": gateway_url,
                      "agent": {"deployment": "agent", "selector": "app=agent"},
                      "inference": {"deployment": "model-server", "selector": "app=model-server"},

@@ -91,6 +91,14 @@ def changed(base: dict, path: str, value: object) -> dict:
      "{count}, {signal})"),
     (changed(COMMANDS, "workload.store", {"backup": "b 'unclosed", "restore": "r"}),
      "p.yaml: invalid workload.store: \"b 'unclosed\" does not split like a shell line"),
+    # beyond loopback, only the hosts a profile names are dialled
+    (changed(COMMANDS, "workload.gateway_url", "http://10.1.2.3:8080"),
+     "p.yaml: invalid input: workload.gateway_url http://10.1.2.3:8080 is not on this machine's loopback and "
+     "10.1.2.3 is not in allowed_hosts"),
+    (changed(changed(COMMANDS, "allowed_hosts", ["*.svc.cluster.local", "10.0.0.0/8"]), "prometheus",
+             {"url": "http://prometheus.monitoring.example:9090"}),
+     "p.yaml: invalid input: prometheus.url http://prometheus.monitoring.example:9090 is not on this machine's "
+     "loopback and prometheus.monitoring.example is not in allowed_hosts"),
 ])
 def test_each_profile_error_is_one_line_naming_the_field(data, expected):
     with pytest.raises(ConfigError) as caught:
@@ -148,6 +156,32 @@ def test_profile_slos_sit_between_notebook_defaults_and_explicit_parameters():
     assert validate_parameters(path, {}, profile)["trials"] == 5
     assert validate_parameters(path, {"slo_p95_s": "2.5"}, profile)["slo_p95_s"] == 2.5
     assert validate_parameters(path, {})["slo_p95_s"] == 5.0
+
+
+@pytest.mark.parametrize("url, allowed", [
+    ("http://10.1.2.3:8080", ["10.0.0.0/8"]),
+    ("http://gateway.agents.svc.cluster.local", ["*.svc.cluster.local"]),
+    ("https://agents.staging.example.internal", ["AGENTS.staging.example.internal."]),
+    ("http://[::1]:8080", []),
+    ("http://localhost:8080", []),
+    ("http://127.0.0.2:8080", []),
+])
+def test_loopback_and_the_hosts_a_profile_allows_are_dialled(url, allowed, monkeypatch):
+    monkeypatch.setenv("TEAM_A_KEY", "k")
+    profile = parse(changed(changed(COMMANDS, "workload.gateway_url", url), "allowed_hosts", allowed))
+    assert profile.spec.workload.gateway_url == url.rstrip("/")
+
+
+def test_a_profile_that_would_dial_another_host_is_refused_before_anything_starts(tmp_path):
+    remote = tmp_path / "remote.yaml"
+    remote.write_text(yaml.safe_dump(changed(COMMANDS, "workload.gateway_url", "http://192.0.2.10:8080")))
+    result = subprocess.run([sys.executable, "-m", "drillbook", "target", "check", str(remote)],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "TEAM_A_KEY": "k"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "192.0.2.10 is not in allowed_hosts" in lines[0], result.stderr
+    assert not (tmp_path / "state").exists()
 
 
 def test_a_bad_profile_stops_drillbook_run_before_anything_starts(tmp_path):
