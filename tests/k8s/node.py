@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,9 +78,11 @@ def answers(url: str) -> bool:
 
 @dataclass
 class Node:
-    """containerd and kubelet of one node, started in `folder` against `plane`."""
+    """containerd and kubelet of one node, started in `folder` against `plane`; `deployed`: deploy/
+    as applied on it, once, by whichever check asks first (tests.k8s.node_checks)."""
     folder: Path
     plane: controlplane.ControlPlane
+    deployed: Any = field(default=None, compare=False)
 
     @property
     def socket(self) -> Path:

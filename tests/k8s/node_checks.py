@@ -228,16 +228,13 @@ def pod_log(pod: client.V1Pod) -> str:
     return "".join(path.read_text(errors="replace") for path in sorted(folder.glob("*/*.log")))
 
 
-_DEPLOYED: dict[Path, Any] = {}
-
-
 def _deployment(node: Node) -> Any:
     """deploy/ on the node, applied once whichever check asks first (a node shared by checks)."""
     from tests.k8s.deployed import deploy
 
-    if node.folder not in _DEPLOYED:
-        _DEPLOYED[node.folder] = deploy(node.folder.parent)
-    return _DEPLOYED[node.folder]
+    if node.deployed is None:
+        node.deployed = deploy(node.folder.parent)
+    return node.deployed
 
 
 def _deployed_for_drills(node: Node) -> Any:
