@@ -288,10 +288,12 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
                 secrets = []
             bundle = BundleWriter.resume(folder, secrets=secrets, **evidence_settings())
             killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
-            why = scratch / NOT_SEALED
-            ending = RunEnding(error=why.read_text() if why.is_file() else
-                               f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died "
-                               "before it could seal this run; sealed afterwards by drillbook rollback")
+            why = scratch / NOT_SEALED  # its runner lived, but could not write the evidence
+            reason, line = ((why.read_text(), "its runner could not write its evidence") if why.is_file() else
+                            (f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died before it "
+                             "could seal this run; sealed afterwards by drillbook rollback",
+                             f"runner killed (pid {entry.owner_pid})"))
+            ending = RunEnding(error=reason)
             try:
                 collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
                 bundle.event("sealed_by_rollback", runner_pid=entry.owner_pid)
@@ -299,8 +301,7 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
             except OSError as error:  # still no space: this run waits, the others are sealed
                 failed.append(not_written(folder, scratch, error))
                 continue
-            done.append(f"{folder.name}: ERROR, " + ("its runner could not write its evidence" if why.is_file()
-                                                     else f"runner killed (pid {entry.owner_pid})"))
+            done.append(f"{folder.name}: ERROR, {line}")
         shutil.rmtree(scratch, ignore_errors=True)
         ledger.stopped(entry, "recovered by rollback")
     if failed:
