@@ -145,6 +145,7 @@ class RunEnding:
     interrupted: "Interrupted | None" = None
     cell: int | None = None
     undone: list[str] = field(default_factory=list)
+    platform: str | None = None  # why the target could not be rolled back (its platform died under the run, say)
 
     def cell_failed(self, failure: Any) -> None:
         from drillbook.shutdown import SHUTDOWN
@@ -165,7 +166,7 @@ class RunEnding:
         if self.interrupted is not None:
             where = f" during cell {self.cell}" if self.cell else ""
             return f"interrupted by {self.interrupted.signal_name} at {self.interrupted.moment}{where}"
-        return self.error or ""
+        return "; ".join(filter(None, [self.platform, self.error]))
 
 
 def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", state: Path, work: Path,
@@ -176,6 +177,7 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
     from drillbook.chaos import rollback_all
     from drillbook.chaos.runner import target_configuration
     from drillbook.kernel import forget_kernels
+    from drillbook.targets.capabilities import OwnPlatform
 
     if ending.interrupted is not None:
         bundle.event("interrupted", signal=ending.interrupted.signal_name, at=ending.interrupted.moment,
@@ -184,7 +186,15 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
         bundle.event("run_failed", reason=ending.error)
     forget_kernels()  # a kernel still alive after an escalated stop goes now; its load follows it
     stopped = ProcessLedger(state / PROCESSES).stop_orphans()
-    ending.undone = rollback_all(target_configuration(profile, state), workload)  # nothing stays injected
+    try:
+        ending.undone = rollback_all(target_configuration(profile, state), workload)  # nothing stays injected
+    except Exception as error:  # noqa: BLE001 - the target stopped answering: the run is still sealed, saying so
+        ending.platform = platform_lost(profile, state, error)
+        bundle.event("rollback_failed", error=f"{type(error).__name__}: {error}"[:REASON_MAX], reason=ending.platform)
+    if ending.platform is None and isinstance(workload, OwnPlatform) and not workload.platform_running():
+        ending.platform = (f"the platform stopped under the run: {profile.name} is no longer running, and the "
+                           "faults open on it were closed (it starts clean)")
+        bundle.event("platform_stopped", reason=ending.platform)
     if stopped:
         bundle.event("leftover_load_stopped", processes=stopped)
     if ending.undone:
@@ -209,6 +219,22 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
 
 
 NOT_SEALED = "not-sealed.txt"  # in a run's scratch folder: why its runner could not seal it
+REASON_MAX = 300
+
+
+def platform_lost(profile: "LoadedProfile", state: Path, error: Exception) -> str:
+    """Why a run's target could not be rolled back, for its verdict: a platform drillbook runs
+    that has stopped (its faults are closed: it starts clean), or a target that does not answer
+    (its faults stay open in the ledger for `drillbook rollback`)."""
+    from drillbook.chaos.runner import close_faults_of_stopped_platform
+
+    said = f"{type(error).__name__}: {error}"[:REASON_MAX]
+    closed = close_faults_of_stopped_platform(profile, state)
+    if closed is not None:
+        return (f"the platform stopped under the run: {profile.name} is no longer running ({said}); "
+                f"{len(closed)} open fault(s) closed with it")
+    return (f"the target could not be rolled back: {said}; its open faults stay in the fault ledger for "
+            "`drillbook rollback`")
 
 
 def not_written(folder: Path, scratch: Path, error: OSError) -> str:
@@ -236,7 +262,8 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
         bundle.add_events(jsonl.read(timeline))
         timeline.unlink()
     summary_path = work / "summary.json"
-    finished = summary_path.exists() and ending.error is None and ending.interrupted is None
+    finished = (summary_path.exists() and ending.error is None and ending.interrupted is None
+                and ending.platform is None)
     summary = json.loads(summary_path.read_text()) if finished else partial_summary(runbook, work, ending)
     summary_path.unlink(missing_ok=True)
     bundle.write_json("summary.json", summary)

@@ -319,6 +319,32 @@ def test_parameters_that_cannot_work_are_refused_before_anything_is_touched(sand
     assert replicas(sandbox) == before and not ledger_entries(sandbox.state_dir, "locust")
 
 
+def test_a_run_whose_platform_dies_under_it_is_sealed_error_naming_it(sandbox_factory, tmp_path):
+    from drillbook.chaos.ledger import FaultLedger
+
+    handle = sandbox_factory(tokens_per_second=0)
+    results = tmp_path / "results"
+    runner = Runner(["run", "ha-replica-loss", "-p", "duration_s=40", "-p", "kill_after_s=3", "-p", "users=2"],
+                    handle.state_dir, results)
+    wait_for(lambda: fault_injected(handle), timeout=120, interval=0.05)
+    os.kill(handle.pid, signal.SIGKILL)  # the platform dies while its replica is down and the fault is open
+    if handle.process is not None:
+        handle.process.wait(30)  # reaped here: this test started it
+    code, out, err = runner.finish(timeout=180)
+    assert code == 1, out + err
+    manifest, summary = sealed(only_bundle(results, "ha-replica-loss"))
+    assert summary["verdict"] == "ERROR", summary
+    assert summary["reason"].startswith("the platform stopped under the run: sandbox is no longer running, and "
+                                        "the faults open on it were closed"), summary
+    assert FaultLedger(handle.state_dir / "faults.jsonl").open_faults() == []
+    assert not [e for e in ledger_entries(handle.state_dir, "run")
+                if Path(json.loads(e["detail"])["scratch"]).exists()]  # its scratch folder is gone
+    env = {**os.environ, "DRILLBOOK_STATE_DIR": str(handle.state_dir), "COLUMNS": "200"}
+    after = subprocess.run([sys.executable, "-m", "drillbook", "rollback"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert after.returncode == 0 and "nothing to roll back" in after.stdout, after.stdout + after.stderr
+
+
 def test_a_game_day_killed_outright_leaves_its_sandbox_and_summary_to_rollback(tmp_path):
     from drillbook.sandbox import launcher
 

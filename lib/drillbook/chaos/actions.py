@@ -21,7 +21,7 @@ from drillbook.errors import FaultNotLanded
 from drillbook.measure import Landing, flood_landing, kill_landing, scale_down_landing, store_loss_landing
 from drillbook.polling import wait_until
 from drillbook.observation import ReplicaObservation, StoreObservation, TierObservation, observe_tier
-from drillbook.targets.capabilities import ReplicaAddresses, TenantMetrics
+from drillbook.targets.capabilities import OwnPlatform, ReplicaAddresses, TenantMetrics
 
 LANDING_TIMEOUT_S = 10.0  # how long a fault may take to be seen before the run is ERROR
 LANDING_INTERVAL_S = 0.1
@@ -229,6 +229,7 @@ def restore_store(backup: str = "latest", timeout_s: float = 60.0,
 
 
 SETTLE_TIMEOUT_S = 60.0
+PLATFORM_STOPPED = "closed: its platform is no longer running, and starts clean"
 
 
 Undo = Callable[[RunContext, Fault], tuple[str, bool]]
@@ -305,7 +306,13 @@ def undo_open_faults(run: RunContext, run_id: str | None) -> list[tuple[Fault, s
     each one seen restored is marked undone in the ledger, the others stay open for
     `drillbook rollback` to try again. Returns each fault with what was done."""
     done = []
-    for fault in run.ledger.open_faults(run_id):
+    faults = run.ledger.open_faults(run_id)
+    if faults and isinstance(run.target, OwnPlatform) and not run.target.platform_running():
+        for fault in faults:  # nothing to wait for: the platform it was made on is gone, and a new one starts clean
+            run.ledger.resolve(fault, PLATFORM_STOPPED)
+            done.append((fault, PLATFORM_STOPPED))
+        return done
+    for fault in faults:
         how, restored = undo(run, fault)
         if restored:
             run.ledger.resolve(fault, how)

@@ -27,6 +27,14 @@ class TargetCheck:
 
 
 @runtime_checkable
+class OwnPlatform(Protocol):
+    """A target whose platform drillbook runs itself (the sandbox), which can say whether the very
+    platform it opened still runs. One that stopped holds no fault: a platform starts clean."""
+
+    def platform_running(self) -> bool: ...
+
+
+@runtime_checkable
 class TenantMetrics(Protocol):
     """Per tenant, summed over the inference replicas: GPU-seconds and queue-wait sum and count."""
 

@@ -88,6 +88,13 @@ class SandboxTarget:
             self.profile.spec.workload.inference if role == "inference" else None
         return (spec.service if spec and spec.service else None) or SANDBOX_SERVICES.get(role, role)
 
+    def platform_running(self) -> bool:
+        """The supervisor this target opened still runs (not a new sandbox on the same folder)."""
+        from drillbook.sandbox import launcher
+
+        found = launcher.find(self.handle.state_dir)
+        return found is not None and found.pid == self.handle.pid
+
     def _control(self):  # noqa: ANN202 - a ControlClient context manager
         return self.handle.control()
 
