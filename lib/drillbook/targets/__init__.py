@@ -23,11 +23,9 @@ from drillbook.profile import LoadedProfile
 from drillbook.targets.capabilities import Needs
 
 
-class Target(Protocol):
-    name: str
-    kind: str
-    api: AgentApi
-    profile: LoadedProfile
+class AccessChecks(Protocol):
+    """What `drillbook target check` and the runner ask before anything is touched (read-only)."""
+
     granted: str  # what `target check` says of a runbook this target lets drillbook run
 
     def refusals(self, needs: Needs) -> list[str]:
@@ -41,6 +39,10 @@ class Target(Protocol):
     def readings(self) -> list[Any]:
         """What each read-only operation returns now (each tier's status, the store's health), as
         access.TargetCheck rows for `target check`; a failing one is a finding, not an error."""
+
+
+class WorkloadOperations(Protocol):
+    """The workload's roles (agent, inference, ...): read their replicas, kill and scale them."""
 
     def has(self, role: str) -> bool: ...
 
@@ -59,6 +61,14 @@ class Target(Protocol):
     def settled(self, role: str) -> bool:
         """True when the role runs exactly the replicas it wants, all ready, none stopping."""
 
+    def events(self) -> list[dict[str, Any]]:
+        """The workload's own replica lifecycle events (scheduled, started, ready), where it has them."""
+
+
+class StoreOperations(Protocol):
+    """The state store, through the profile's procedure (or the platform's own): the restore drill
+    and the on-call restore."""
+
     def backup_store(self) -> dict[str, Any]: ...
 
     def restore_store(self, backup: str = "latest") -> dict[str, Any]: ...
@@ -69,10 +79,19 @@ class Target(Protocol):
 
     def store_healthy(self) -> bool: ...
 
-    def gateway(self) -> tuple[str, dict[str, str]]: ...
 
-    def events(self) -> list[dict[str, Any]]:
-        """The workload's own replica lifecycle events (scheduled, started, ready), where it has them."""
+class Target(AccessChecks, WorkloadOperations, StoreOperations, Protocol):
+    """A target as the runner, the chaos providers and the drills hold it: what it is (its profile,
+    agent API and tenants) and the three capabilities above. Optional capabilities (tenant
+    metrics, tenant limits, replica addresses, a platform of drillbook's own...) are further
+    protocols in drillbook.targets.capabilities, asked with isinstance."""
+
+    name: str
+    kind: str
+    api: AgentApi
+    profile: LoadedProfile
+
+    def gateway(self) -> tuple[str, dict[str, str]]: ...
 
     def secrets(self) -> list[str]:
         """Values that must never appear in evidence (tenant keys, tokens)."""
