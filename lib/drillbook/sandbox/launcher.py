@@ -21,6 +21,7 @@ from typing import Callable
 
 from drillbook.config import SandboxConfig
 from drillbook.errors import PortInUse, SandboxAlreadyRunning, SandboxNotRunning, SandboxStartFailed
+from drillbook.polling import wait_until
 from drillbook.ports import free_port
 from drillbook.sandbox.client import ControlClient
 from drillbook.sandbox.runtime import Runtime
@@ -91,12 +92,10 @@ def find(state_dir: Path) -> SandboxHandle | None:
     """The sandbox running on this state directory, if any."""
     if not is_running(state_dir):
         return None
-    deadline = time.monotonic() + 10
-    info_path = state_dir / "sandbox.json"
-    while not info_path.exists():  # the supervisor is still starting its control API
-        if time.monotonic() > deadline or not is_running(state_dir):
-            return None
-        time.sleep(0.05)
+    info_path = state_dir / "sandbox.json"  # missing while the supervisor still starts its control API
+    wait_until(lambda: info_path.exists() or not is_running(state_dir), 10, 0.05)
+    if not info_path.exists():
+        return None
     info = json.loads(info_path.read_text())
     return SandboxHandle(Runtime.read(state_dir / "runtime.json"), info["pid"], info["control_url"])
 
