@@ -431,3 +431,16 @@ def check(name: str, value: float | None, comparison: str, threshold: float, uni
     note = (missing or NOT_MEASURED) if value is None else ""
     return SloCheck(name=name, comparison=comparison, threshold=threshold, value=value, unit=unit,  # type: ignore[arg-type]
                     note=note)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a drill's judge (a pure function of what the run recorded) says: its SLO checks, in
+    order, and, when nothing of the drill can be judged (a setup problem, a fault not seen to
+    land), why: the verdict is then ERROR, whatever the checks say (drillbook.runbook.Run.keep)."""
+
+    checks: tuple[SloCheck, ...]
+    cannot_judge: str | None = None
+
+    def failed(self) -> list[str]:
+        return [judged.name for judged in self.checks if not judged.passed]

@@ -20,6 +20,7 @@ from drillbook import jsonl
 from drillbook.timeline import TIMELINE, Timeline, written_to
 from drillbook.errors import LANDING_MARK
 from drillbook.evidence.summary import RunSummary, SloCheck
+from drillbook.measure import Judgement
 from drillbook.measure import check as slo_check
 from drillbook.processes import PROCESSES
 
@@ -155,7 +156,17 @@ class Run:
     def check(self, name: str, value: float | None, comparison: str, threshold: float, unit: str = "",
               missing: str = "") -> SloCheck:
         """Judge a value against an SLO; unmeasured values fail, with missing as their reason."""
-        judged = slo_check(name, value, comparison, threshold, unit, missing)
+        return self._keep_check(slo_check(name, value, comparison, threshold, unit, missing))
+
+    def keep(self, judgement: "Judgement") -> "Judgement":
+        """Keep what a drill's judge said: its checks, in order, and why nothing could be judged."""
+        if judgement.cannot_judge:
+            self.cannot_judge(judgement.cannot_judge)
+        for judged in judgement.checks:
+            self._keep_check(judged)
+        return judgement
+
+    def _keep_check(self, judged: SloCheck) -> SloCheck:
         self.checks.append(judged)
         jsonl.append(self.work_dir / RECORDS, {"check": judged.model_dump()})
         _display("check", {**judged.model_dump(), "passed": judged.passed}, judged.describe())

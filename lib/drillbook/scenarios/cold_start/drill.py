@@ -7,6 +7,7 @@ from typing import Any
 from drillbook.measure import PERCENTILE, ColdStartTrial, cold_start_phases, cold_start_summary
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
+from drillbook.scenarios.cold_start.judge import judge_cold_start
 
 
 def _first(events: list[dict[str, Any]], kind: str, role: str, after: float) -> float | None:
@@ -52,25 +53,15 @@ def cold_start(run: Run, trials: int, idle_s: float, slo_p95_s: float, ready_tim
             receipts.append(Receipt(**first["receipt"]))
     summary = cold_start_summary(measured)
     run.record("trials_completed", len(measured))
-    if trials and len(could_not_ask) == trials:
-        # Nothing could even ask the target (no kubeconfig, a command not found): a setup
-        # problem, not a measured miss. A trial that asked and missed its tolerance stays a miss.
-        run.cannot_judge(f"no cold-start trial could run: {could_not_ask[0]}")
     # Completion is not delivery: the first turn after scale-from-zero must be stored too.
     delivery = run.audit_delivery(receipts)
     run.record("first_turns_acknowledged", len(receipts))
     run.record("first_turns_lost", delivery.lost)
-    run.check("first turns from zero lost", delivery.lost if measured and len(receipts) == len(measured) else None,
-              "<=", 0, missing="no cold-start trial completed" if not measured else
-              f"only {len(receipts)} of {len(measured)} first turns were acknowledged with a receipt to audit")
     for name in ("p50_s", "p95_s", "p99_s", "max_s"):
         run.record(f"cold_start_{name}", summary[name], "s")
     run.record("percentile_definition", PERCENTILE)
-    run.check("cold-start P95 time to first token", summary["p95_s"], "<=", slo_p95_s, "s",
-              missing="no cold-start trial completed")
-    # The threshold does not follow the trial count: every trial must complete, so total
-    # failure (no trial completed) fails here too.
-    run.check("cold-start trials that did not complete", trials - len(measured), "<=", 0)
+    run.keep(judge_cold_start(trials, len(measured), len(receipts), delivery.lost, could_not_ask, summary["p95_s"],
+                              slo_p95_s))
     plt = pyplot()
     if measured:
         phases = cold_start_phases(measured)

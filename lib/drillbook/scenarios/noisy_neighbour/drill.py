@@ -6,6 +6,7 @@ from typing import Any
 
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
+from drillbook.scenarios.noisy_neighbour.judge import judge_noisy_neighbour, tenant_shares
 
 
 def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline_s: float, burst_s: float,
@@ -18,12 +19,7 @@ def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline
                        baseline_s=baseline_s, burst_s=burst_s, max_victim_p95_ratio=max_victim_p95_ratio)
     after = run.model_metrics()
     isolation = result.measurements.get("isolation") or {}
-    usage = {tenant: after.get(tenant, {}).get("gpu_seconds", 0.0) - before.get(tenant, {}).get("gpu_seconds", 0.0)
-             for tenant in after}
-    total = sum(usage.values()) or 1.0
-    waits = {tenant: (after[tenant].get("queue_wait_sum", 0.0) - before.get(tenant, {}).get("queue_wait_sum", 0.0)) /
-             max(1.0, after[tenant].get("queue_wait_count", 0.0) - before.get(tenant, {}).get("queue_wait_count", 0.0))
-             for tenant in after}
+    shares, waits = tenant_shares(before, after)
     run.record("experiment_verdict", result.verdict)
     flood = result.measurements.get("flood") or {}
     run.record("flood_seen", (flood.get("landed") or {}).get("seen"))
@@ -35,14 +31,9 @@ def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline
     run.record("victim_baseline_p95_ms", (isolation.get("baseline") or {}).get("p95_ms"), "ms")
     run.record("victim_burst_p95_ms", (isolation.get("during") or {}).get("p95_ms"), "ms")
     run.record("victim_error_rate", isolation.get("victim_error_rate"))
-    run.record("slot_share", {tenant: round(value / total, 4) for tenant, value in usage.items()})
-    run.record("mean_queue_wait_s", {tenant: round(value, 5) for tenant, value in waits.items()})
-    unmeasured = (f"the noisy-neighbour experiment ended {result.verdict} before it measured the victim"
-                  if not isolation else "the victim completed no turn in its baseline or in the burst")
-    run.check("victim p95 ratio (burst over own baseline)", isolation.get("victim_p95_ratio"), "<=",
-              max_victim_p95_ratio, missing=unmeasured)
-    run.check("victim error rate", isolation.get("victim_error_rate"), "<=", max_victim_error_rate,
-              missing=unmeasured)
+    run.record("slot_share", shares)
+    run.record("mean_queue_wait_s", waits)
+    run.keep(judge_noisy_neighbour(result.verdict, isolation, max_victim_p95_ratio, max_victim_error_rate))
     plt = pyplot()
     figure, (latency, share) = plt.subplots(1, 2, figsize=(8, 2.6))
     windows = {"baseline": isolation.get("baseline") or {}, "aggressor burst": isolation.get("during") or {}}
@@ -50,7 +41,7 @@ def noisy_neighbour(run: Run, victim_tenant: str, victim_sessions: int, baseline
                 [v.get("p50_ms", 0) for v in windows.values()] + [v.get("p95_ms", 0) for v in windows.values()],
                 color=["#1565c0", "#c62828", "#1565c0", "#c62828"])
     latency.set_ylabel(f"victim ({victim_tenant}) ms")
-    share.bar(list(usage), [value / total for value in usage.values()], color="#6a1b9a")
+    share.bar(list(shares), list(shares.values()), color="#6a1b9a")
     share.set_ylabel("share of GPU-seconds")
     run.save_plot("victim-vs-aggressor", figure)
     return isolation

@@ -6,30 +6,7 @@ from typing import Any
 
 from drillbook.plots import pyplot
 from drillbook.runbook import Run
-
-
-def restore_reason(verdict: str, reasons: list[str], backup: dict[str, Any], measured: dict[str, Any]) -> str:
-    """Why the restore drill could not measure a figure, told apart: no backup taken, a backup
-    that holds less than the store had, the restore failed, the store did not serve again, or it
-    served without the data."""
-    held = (backup.get("store_before") or {}).get("sessions_read")
-    claimed = (backup.get("backup") or {}).get("sessions") if isinstance(backup.get("backup"), dict) else None
-    restore_failed = next((r for r in reasons if "restore-the-latest-backup" in r), None)
-    missing = measured.get("missing_before_backup") or {}
-    if backup and not backup.get("created"):
-        return "no backup was taken before the disaster"
-    if held is not None and claimed is not None and claimed < held:
-        return f"the backup held {claimed} sessions; the store had {held}"
-    if restore_failed:
-        return f"the restore failed: {restore_failed.split('failed: ', 1)[-1][:120]}"
-    if not measured:
-        return f"the restore experiment ended {verdict} before it measured anything"
-    if missing.get("turns"):
-        return (f"the store served again, but {missing['turns']} of {missing['acknowledged']} turns acknowledged "
-                "before the backup were missing")
-    if not measured.get("served"):
-        return "the store did not serve again within restore_timeout_s"
-    return "the restored store could not be read back"
+from drillbook.scenarios.restore_drill.judge import judge_restore
 
 
 def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rto_s: float, max_rpo_s: float,
@@ -47,13 +24,9 @@ def restore(run: Run, sessions: int, turns_before: int, turns_after: int, max_rt
     run.record("integrity", measured.get("integrity"))
     run.record("backup_created", measured.get("backup_created", False))
     backup = result.measurements.get("backup") or {}
-    why = restore_reason(result.verdict, result.reasons, backup, measured)
     run.record("store_served_after_restore", measured.get("served"))
     run.record("missing_before_backup", measured.get("missing_before_backup"))
-    run.check("RTO", measured.get("rto_s"), "<=", max_rto_s, "s", missing=why)
-    run.check("RPO (data-loss window)", measured.get("rpo_s"), "<=", max_rpo_s, "s",
-              missing="no backup was taken before the disaster" if not measured.get("backup_created") else why)
-    run.check("integrity of restored sessions", measured.get("integrity"), ">=", 1.0, missing=why)
+    run.keep(judge_restore(result.verdict, result.reasons, backup, measured, max_rto_s, max_rpo_s))
     plt = pyplot()
     marks = {"backup": (result.measurements.get("backup") or {}).get("at"),
              "disaster": (result.measurements.get("disaster") or {}).get("at"),
