@@ -13,6 +13,7 @@ from drillbook.config import state_dir
 
 if TYPE_CHECKING:
     from drillbook.evidence.objectstore import EvidenceStore
+    from drillbook.gameday import GameDayPlan
     from drillbook.execute import ExecutedRun
 
 
@@ -27,6 +28,7 @@ def gameday_command(
     metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the game day's verdicts and "
                                                 "figures as Prometheus metrics (textfile collector format)."),
     pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push them to this Pushgateway URL."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what each run would act on and touch nothing."),
     publish: Optional[str] = typer.Option(None, "--publish", help="Afterwards copy the evidence to this "
                                           "object-locked store, s3://bucket/prefix (see `drillbook publish`)."),
 ) -> None:
@@ -37,6 +39,9 @@ def gameday_command(
 
     path = plan_path(plan)
     checked = load_plan(path, target)  # the whole plan is checked before anything runs
+    if dry_run:
+        _print_blast_radius(checked, state)
+        return
     junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
     if pushgateway:
         from drillbook.evidence.metrics import pushgateway_ready
@@ -116,3 +121,18 @@ def _afterwards(summary_bundle: Path, junit: Path | None, metrics_file: Path | N
         done.append(f"evidence published to {store.location}: {len(published.uploaded)} bundles written, "
                     f"{len(published.present)} already there, locked until {published.retain_until}")
     return done
+
+
+def _print_blast_radius(plan: "GameDayPlan", state: Optional[Path]) -> None:
+    """Every planned run's blast radius, in order (`gameday --dry-run`); nothing is touched."""
+    from drillbook.blast import blast_radius
+    from drillbook.profile import load_profile
+    from drillbook.runspec import resolve_run
+
+    profile = load_profile(plan.target)
+    console.print(f"game day {plan.name} on {profile.name}: {len(plan.runbooks)} run(s), a dry run", markup=False)
+    for index, planned in enumerate(plan.runbooks, start=1):
+        spec = resolve_run(planned.runbook, profile, {k: str(v) for k, v in planned.parameters.items()},
+                           state_dir(state))
+        for number, line in enumerate(blast_radius(spec)):
+            console.print(f"[{index}] {line}" if number == 0 else f"    {line}", markup=False, soft_wrap=True)

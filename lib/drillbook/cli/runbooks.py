@@ -26,6 +26,8 @@ def run_command(
     parameter: list[str] = typer.Option([], "-p", "--parameter", help="name=value (repeat)."),
     results: Optional[Path] = typer.Option(None, "--results", help="Results folder for the evidence bundle."),
     state: Optional[Path] = StateDirOption,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what the run would act on (its blast radius) "
+                                 "and touch nothing."),
 ) -> None:
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
     from drillbook.execute import execute
@@ -56,6 +58,12 @@ def run_command(
     # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
     results = results_dir(results, make=False)  # made once the run's other input and its target are known good
     spec = resolve_run(runbook, target, overrides, state_dir(state))
+    if dry_run:
+        from drillbook.blast import blast_radius
+
+        for line in blast_radius(spec):
+            console.print(line, markup=False, soft_wrap=True)
+        return
     executed = execute(runbook, results=results, spec=spec,
                        on_start=lambda bundle: err_console.print(
                            f"[dim]…[/] running {runbook} on {target}; evidence in {bundle}", soft_wrap=True))

@@ -1,0 +1,134 @@
+"""What a run would act on, said before anything is touched: its blast radius (`drillbook run
+RUNBOOK --dry-run`).
+
+It is read from three things only, and asks the target nothing: what the scenario declares it
+does to a target (`needs`: a role, the store or the tenants, and an action), the parameters as
+validated (how many replicas, which signal, how long, how many sessions), and the profile (where
+each role is: a sandbox service, a Deployment with its pods and namespace and the rights each
+action takes there, or the user's own command). A need the profile does not describe is said so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from drillbook.profile import LoadedProfile
+    from drillbook.runspec import RunSpec
+
+READ_ONLY = {"status", "pods"}
+# Each action in words; what changes the target is in capitals, so that it stands out.
+ACTIONS = {"status": "read the status of", "pods": "read the metrics of", "kill": "KILL replicas of",
+           "scale": "SCALE", "backup": "BACK UP", "restore": "RESTORE", "destroy": "DESTROY",
+           "limit": "LOWER the limit of"}
+
+
+def _ha(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {("agent", "kill"): f"{values.get('kill_count')} replica(s) with {values.get('kill_signal')}, "
+                               f"{values.get('kill_after_s')}s into the load"}
+
+
+def _cold(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    said = f"to 0 and back, {values.get('trials')} time(s), idle {values.get('idle_s')}s each"
+    return {("agent", "scale"): said, ("inference", "scale"): said}
+
+
+def _noisy(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {("aggressor", "scale"): f"up for {values.get('burst_s')}s, beside {values.get('victim_sessions')} "
+                                    f"session(s) of {values.get('victim_tenant')}"}
+
+
+def _restore(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {("store", "destroy"): f"once {values.get('sessions')} session(s) of {values.get('turns_before')} "
+                                  "turn(s) were written and backed up; restored within "
+                                  f"{values.get('restore_timeout_s')}s"}
+
+
+def _restore_agent_state(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    mode = "only shows what it would restore (dry_run)" if values.get("dry_run") else "restores"
+    return {("store", "restore"): f"backup {values.get('backup')!r}: the runbook {mode}"}
+
+
+def _shed(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    mode = "only shows the change (dry_run)" if values.get("dry_run") else "applies the change"
+    change = "puts back the limit it replaced" if values.get("undo") else (
+        f"rps {values.get('rps')}, burst {values.get('burst')}" + (f", quota {values.get('quota')}" if values.get("quota")
+                                                                  else ""))
+    return {("tenants", "limit"): f"{values.get('tenant')!r} ({change}): the runbook {mode}"}
+
+
+DETAILS: dict[str, Callable[[dict[str, Any]], dict[tuple[str, str], str]]] = {
+    "ha-replica-loss": _ha, "cold-start": _cold, "noisy-neighbour": _noisy, "restore-drill": _restore,
+    "restore-agent-state": _restore_agent_state, "shed-noisy-tenant": _shed}
+LOAD = {"ha-replica-loss": ("users", "duration_s"), "noisy-neighbour": ("victim_sessions", "burst_s")}
+
+
+def place(profile: "LoadedProfile", where: str, action: str) -> str:
+    """Where one need acts on this profile's target, in its own terms; "" when the profile does not
+    describe it."""
+    spec = profile.spec
+    if where == "tenants":
+        if profile.kind == "kubernetes":
+            namespaces = sorted(str(ref.namespace) for ref in spec.tenants.values() if ref.namespace)
+            return f"a tenant (its ResourceQuota, in one of {', '.join(namespaces)})" if namespaces else ""
+        return "a tenant (its rate limit at the gateway)"
+    if where == "store":
+        if profile.kind == "sandbox":
+            return "the sandbox's state store, through its supervisor"
+        store = spec.workload.store
+        line = getattr(store, action, None) if store is not None else None
+        return f"the store, by the command `{line}`" if line else ""
+    if profile.kind == "sandbox":
+        from drillbook.targets.sandbox import SANDBOX_SERVICES
+
+        role = spec.workload.agent if where == "agent" else spec.workload.inference if where == "inference" else None
+        name = (role.service if role is not None and role.service else None) or SANDBOX_SERVICES.get(where, where)
+        return f"sandbox service {name}"
+    role = getattr(spec.workload, where, None)
+    if role is None:
+        return ""
+    if profile.kind == "kubernetes":
+        assert spec.kubernetes is not None
+        namespace = role.namespace or spec.kubernetes.namespace
+        return (f"deployment {namespace}/{role.deployment} (pods {role.selector}) in context "
+                f"{spec.kubernetes.context}") if role.deployment else ""
+    if profile.kind == "commands" and role.commands is not None:
+        line = getattr(role.commands, "status" if action in READ_ONLY else action, None)
+        return f"{where}, by the command `{line}`" if line else ""
+    return f"{where} (target kind {profile.kind})"
+
+
+def blast_radius(spec: "RunSpec") -> list[str]:
+    """The lines `drillbook run --dry-run` prints: the run, then each thing it would act on."""
+    from drillbook.scenarios import scenario
+    from drillbook.targets.capabilities import OPTIONAL_TIERS
+
+    declared = scenario(spec.runbook)
+    profile = spec.profile
+    lines = [f"{spec.runbook} on {profile.name} (kind {profile.kind}): a dry run, nothing is touched"]
+    if declared is None:
+        return [*lines, "  this runbook declares nothing it does to a target: its notebook's own steps decide"]
+    values = spec.parameters
+    details = DETAILS.get(spec.runbook, lambda _: {})(values)
+    for where, action in declared.needs:
+        found = place(profile, where, action)
+        if not found:
+            lines.append(f"  no {where} tier in this profile: left alone" if where in OPTIONAL_TIERS else
+                         f"  {where} ({action}) is not described by this profile: the run would be refused")
+            continue
+        detail = details.get((where, action))
+        lines.append(f"  {ACTIONS.get(action, action.upper())} {found}" + (f": {detail}" if detail else ""))
+        if profile.kind == "kubernetes" and where != "store":  # the store is the profile's commands' to act on
+            from drillbook.targets.kubernetes import kubernetes_rights
+
+            rights = ", ".join(f"{verb} {resource}" for verb, _, resource in kubernetes_rights(action))
+            lines.append(f"      with the rights: {rights}")
+    if spec.runbook in LOAD:
+        sessions, seconds = LOAD[spec.runbook]
+        tenants = ", ".join(sorted(profile.spec.tenants)) or "the sandbox's tenants"
+        lines.append(f"  load: {values.get(sessions)} session(s) for {values.get(seconds)}s through the gateway, "
+                     f"as {tenants}")
+    return lines
+
+
+__all__ = ["blast_radius", "place"]
