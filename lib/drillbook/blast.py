@@ -13,10 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from drillbook.profile import LoadedProfile
     from drillbook.runspec import RunSpec
 
-READ_ONLY = {"status", "pods"}
 # Each action in words; what changes the target is in capitals, so that it stands out.
 ACTIONS = {"status": "read the status of", "pods": "read the metrics of", "kill": "KILL replicas of",
            "scale": "SCALE", "backup": "BACK UP", "restore": "RESTORE", "destroy": "DESTROY",
@@ -63,45 +61,11 @@ DETAILS: dict[str, Callable[[dict[str, Any]], dict[tuple[str, str], str]]] = {
 LOAD = {"ha-replica-loss": ("users", "duration_s"), "noisy-neighbour": ("victim_sessions", "burst_s")}
 
 
-def place(profile: "LoadedProfile", where: str, action: str) -> str:
-    """Where one need acts on this profile's target, in its own terms; "" when the profile does not
-    describe it."""
-    spec = profile.spec
-    if where == "tenants":
-        if profile.kind == "kubernetes":
-            namespaces = sorted(str(ref.namespace) for ref in spec.tenants.values() if ref.namespace)
-            return f"a tenant (its ResourceQuota, in one of {', '.join(namespaces)})" if namespaces else ""
-        return "a tenant (its rate limit at the gateway)"
-    if where == "store":
-        if profile.kind == "sandbox":
-            return "the sandbox's state store, through its supervisor"
-        store = spec.workload.store
-        line = getattr(store, action, None) if store is not None else None
-        return f"the store, by the command `{line}`" if line else ""
-    if profile.kind == "sandbox":
-        from drillbook.targets.sandbox import SANDBOX_SERVICES
-
-        role = spec.workload.agent if where == "agent" else spec.workload.inference if where == "inference" else None
-        name = (role.service if role is not None and role.service else None) or SANDBOX_SERVICES.get(where, where)
-        return f"sandbox service {name}"
-    role = getattr(spec.workload, where, None)
-    if role is None:
-        return ""
-    if profile.kind == "kubernetes":
-        assert spec.kubernetes is not None
-        namespace = role.namespace or spec.kubernetes.namespace
-        return (f"deployment {namespace}/{role.deployment} (pods {role.selector}) in context "
-                f"{spec.kubernetes.context}") if role.deployment else ""
-    if profile.kind == "commands" and role.commands is not None:
-        line = getattr(role.commands, "status" if action in READ_ONLY else action, None)
-        return f"{where}, by the command `{line}`" if line else ""
-    return f"{where} (target kind {profile.kind})"
-
-
 def blast_radius(spec: "RunSpec") -> list[str]:
     """The lines `drillbook run --dry-run` prints: the run, then each thing it would act on."""
     from drillbook.scenarios import scenario
     from drillbook.targets.capabilities import OPTIONAL_TIERS
+    from drillbook.targets.places import place, rights_taken
 
     declared = scenario(spec.runbook)
     profile = spec.profile
@@ -118,10 +82,8 @@ def blast_radius(spec: "RunSpec") -> list[str]:
             continue
         detail = details.get((where, action))
         lines.append(f"  {ACTIONS.get(action, action.upper())} {found}" + (f": {detail}" if detail else ""))
-        if profile.kind == "kubernetes" and where != "store":  # the store is the profile's commands' to act on
-            from drillbook.targets.kubernetes import kubernetes_rights
-
-            rights = ", ".join(f"{verb} {resource}" for verb, _, resource in kubernetes_rights(action))
+        rights = rights_taken(profile, where, action)
+        if rights:
             lines.append(f"      with the rights: {rights}")
     if spec.runbook in LOAD:
         sessions, seconds = LOAD[spec.runbook]
@@ -131,4 +93,4 @@ def blast_radius(spec: "RunSpec") -> list[str]:
     return lines
 
 
-__all__ = ["blast_radius", "place"]
+__all__ = ["blast_radius"]
