@@ -39,6 +39,9 @@ def name_value_pairs(items: list[str], option: str) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"invalid {option} {item!r}: use name=value")
+        if name.strip() in pairs and pairs[name.strip()] != value.strip():  # which one was meant cannot be told
+            raise ConfigError(f"{option} {name.strip()} is given twice ({pairs[name.strip()]!r} and "
+                              f"{value.strip()!r}): give it once")
         pairs[name.strip()] = value.strip()
     return pairs
 

@@ -218,6 +218,10 @@ def report_command(
     from drillbook.evidence.report import PeriodEvidence, write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
+    if start is not None and end is not None and start > end:
+        from drillbook.errors import ConfigError
+
+        raise ConfigError(f"--since {since} is after --until {until}: the period would hold nothing")
     output = output_file(output, "--output")
     junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
     trusted = _trusted_keys(public_key)
@@ -269,7 +273,7 @@ def publish_command(
 
 @app.command("list")
 def list_command(path: Optional[Path] = typer.Argument(None, help="Results folder."),
-                 limit: int = typer.Option(50, help="How many bundles to show.")) -> None:
+                 limit: int = typer.Option(50, min=1, help="How many bundles to show.")) -> None:
     """Show evidence bundles, newest first, with their verdicts."""
     from drillbook.evidence import list_bundles
 
