@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field, field_validator
 
 from drillbook.scenarios.limits import Count, OnCall, Rate, Seconds, Wait
 from drillbook.scenarios.registry import Scenario, register
+
+if TYPE_CHECKING:
+    from drillbook.targets import Target
 
 
 class TriageParameters(OnCall):
@@ -38,6 +43,17 @@ class ShedNoisyTenantParameters(OnCall):
     confirm: str = ""
 
 
+def _tenant_is_known(parameters: ShedNoisyTenantParameters, target: "Target") -> str | None:
+    """The tenant to shed is named and is one of the target's tenants (read-only: the target's
+    tenant keys), found before a kernel starts, not in its third cell."""
+    _, keys = target.gateway()
+    if not parameters.tenant:
+        return f"tenant is required: the tenant to shed, one of {', '.join(sorted(keys))} (triage names it)"
+    if parameters.tenant not in keys:
+        return f"tenant {parameters.tenant!r} is not a tenant of the target ({', '.join(sorted(keys))})"
+    return None
+
+
 TRIAGE = register(Scenario(
     name="agent-latency-triage", control="oncall-triage", parameters=TriageParameters, oncall=True,
     needs=(("agent", "status"), ("inference", "status")),
@@ -48,5 +64,5 @@ RESTORE = register(Scenario(
     summary="restore the state store from a backup, with pre- and post-checks (dry run by default)"))
 SHED = register(Scenario(
     name="shed-noisy-tenant", control="oncall-shed", parameters=ShedNoisyTenantParameters, oncall=True,
-    needs=(("tenants", "limit"),),
+    needs=(("tenants", "limit"),), target_check=_tenant_is_known,
     summary="lower one tenant's limit and measure the others before and after (dry run by default)"))
