@@ -34,3 +34,9 @@ def test_the_same_value_given_twice_is_not_a_conflict(tmp_path):
     done = subprocess.run([sys.executable, "-m", "drillbook", "run", "cold-start", "-p", "trials=2", "-p", "trials=2",
                            "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "3 time(s)" not in done.stdout and "2 time(s)" in done.stdout, done.stderr
+
+
+def test_help_names_the_environment_variables_an_option_falls_back_to():
+    shown = subprocess.run([sys.executable, "-m", "drillbook", "run", "--help"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and "(env DRILLBOOK_STATE_DIR)" in shown.stdout, shown.stdout

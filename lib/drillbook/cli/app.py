@@ -21,7 +21,7 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-StateDirOption = typer.Option(None, "--state-dir", help="Sandbox state directory [env DRILLBOOK_STATE_DIR].")
+StateDirOption = typer.Option(None, "--state-dir", help="Sandbox state directory (env DRILLBOOK_STATE_DIR).")
 
 
 @app.command()

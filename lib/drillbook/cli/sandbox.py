@@ -26,7 +26,7 @@ def sandbox_up(
     tokens_per_second: float = typer.Option(200.0, help="Token rate per generation; 0 = no delay."),
     model_load_delay: float = typer.Option(0.3, help="Seconds from model server start to ready."),
     store: str = typer.Option("sqlite", help="State store: sqlite or postgres."),
-    dsn: Optional[str] = typer.Option(None, help="PostgreSQL DSN [env DRILLBOOK_PG_DSN]."),
+    dsn: Optional[str] = typer.Option(None, help="PostgreSQL DSN (env DRILLBOOK_PG_DSN)."),
     tenant: list[str] = typer.Option(["tenant-a", "tenant-b"], "--tenant", help="Tenant name (repeat)."),
     rate_limit: float = typer.Option(1000.0, help="Requests per second per tenant at the gateway."),
     gateway_port: int = typer.Option(0, help="Gateway port on 127.0.0.1; 0 picks a free one."),
