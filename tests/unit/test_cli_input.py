@@ -17,15 +17,21 @@ import pytest
     (["report", "{results}", "--since", "2027-01-01", "--until", "2026-01-01"],
      "--since 2027-01-01 is after --until 2026-01-01: the period would hold nothing"),
     (["list", "{results}", "--limit", "-1"], "'--limit'"),
+    (["keys", "new", "{file}/key.pem"], "key path {file}/key.pem cannot be written: {file} is a file"),
 ])
 def test_bad_command_line_input_is_one_line_and_exit_2(args, said, tmp_path):
-    results = tmp_path / "results"
+    results, a_file = tmp_path / "results", tmp_path / "a-file"
+    a_file.write_text("")
+
+    def filled(text: str) -> str:
+        return text.replace("{results}", str(results)).replace("{file}", str(a_file))
+
     env = {**os.environ, "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", "drillbook", *[a.replace("{results}", str(results)) for a in args]],
-                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "drillbook", *map(filled, args)], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert len(lines) == 1 and filled(said) in lines[0], done.stderr
     assert not results.exists() and not (tmp_path / "state").exists() and not (tmp_path / "report.html").exists()
 
 

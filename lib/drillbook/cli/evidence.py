@@ -26,10 +26,10 @@ def keys_new(path: Optional[Path] = typer.Argument(None, help="Where to write th
                                                   "(default ~/.config/drillbook/signing-key.pem)."),
              force: bool = typer.Option(False, "--force", help="Replace an existing key.")) -> None:
     """Create an Ed25519 signing key; manifests are signed whenever a key is configured."""
-    from drillbook.config import default_signing_key_path
+    from drillbook.config import default_signing_key_path, output_file
     from drillbook.evidence import signing
 
-    target = path or default_signing_key_path()
+    target = output_file(path, "key path") if path is not None else default_signing_key_path()
     fingerprint = signing.new_key(target, overwrite=force)
     console.print(f"signing key written to {target} (public key {target}.pub)")
     console.print(f"fingerprint {fingerprint}")
