@@ -156,6 +156,23 @@ def test_model_server_reports_queue_wait_slots_and_gpu_seconds(sandbox):
     assert "drillbook_model_slot_utilisation_ratio" in text
 
 
+def test_the_gateways_metrics_show_tenants_only_to_the_platforms_own_services(sandbox):
+    for tenant in ("tenant-a", "tenant-b"):
+        with TenantClient(sandbox.gateway_url, sandbox.tenant_keys[tenant]) as client:
+            client.turn(client.create_session(), "count me")
+    anyone = httpx.get(f"{sandbox.gateway_url}/metrics").text
+    assert 'tenant="' not in anyone  # a client learns no other tenant's name or volume here
+    totals = {line.split(" ")[0]: float(line.split(" ")[1]) for line in anyone.splitlines()
+              if line.startswith("drillbook_gateway_requests_total{")}
+    assert totals.get('drillbook_gateway_requests_total{code="200"}', 0) >= 2, anyone  # summed over tenants
+    token = sandbox.runtime.internal_token
+    for headers in ({"X-Drillbook-Internal-Token": token}, {"Authorization": f"Bearer {token}"}):
+        own = httpx.get(f"{sandbox.gateway_url}/metrics", headers=headers).text
+        assert 'tenant="tenant-a"' in own and 'tenant="tenant-b"' in own
+    wrong = httpx.get(f"{sandbox.gateway_url}/metrics", headers={"Authorization": "Bearer not-the-token"}).text
+    assert 'tenant="' not in wrong
+
+
 def run_concurrent_turns(handle, seconds: float, workers: int, during=None) -> dict[str, int]:
     """Worker threads run turns for a bounded time; returns counts of outcomes."""
     outcome = {"ok": 0, "failed": 0}

@@ -17,8 +17,11 @@ MODEL_METRICS = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
                  "drillbook_model_queue_wait_seconds_count": "queue_wait_count"}
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+def scrape(url: str, token: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a service's /metrics; token: the platform's internal token, for the per-tenant
+    series a gateway shows only to the platform's own services."""
+    headers = {"X-Drillbook-Internal-Token": token} if token else {}
+    text = httpx.get(f"{url}/metrics", timeout=5, headers=headers).text
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -75,11 +78,12 @@ def diagnose(handle: Any, window_s: float, notable: set[str]) -> dict[str, Any]:
         status = control.status()["services"]
     model_urls = [r["url"] for r in status["model"]["replicas"] if r["url"]]
     restarts_before = {name: sum(r.get("restarts", 0) for r in svc["replicas"]) for name, svc in status.items()}
-    gateway_before = scrape(gateway)
+    token = handle.runtime.internal_token
+    gateway_before = scrape(gateway, token)
     model_before = [scrape(url) for url in model_urls]
     started = time.time()
     time.sleep(window_s)
-    gateway_after = scrape(gateway)
+    gateway_after = scrape(gateway, token)
     model_after = [scrape(url) for url in model_urls]
     with handle.control() as control:
         status = control.status()["services"]
