@@ -74,3 +74,29 @@ def test_a_scenario_package_is_found_run_and_fails_when_the_platform_restarts_to
     assert broken.returncode == 0 and "replica-restart" in broken.stdout
     assert broken.stderr.strip() == ("drillbook: scenario package broken (no_such_scenarios) does not load, left out: "
                                      "ModuleNotFoundError: No module named 'no_such_scenarios'")
+
+
+def test_a_scenario_package_with_a_fault_of_its_own_runs_and_its_undo_puts_the_target_back(sandbox_factory, tmp_path):
+    """one-replica-left brings its fault (faults.py: action, undo and Kubernetes rights in one
+    module): drillbook runs it, records it with the package's undo, and the rollback undoes it."""
+    from drillbook.chaos.ledger import FaultLedger
+
+    path = install_scenario_package(tmp_path / "site")
+    handle = sandbox_factory(tokens_per_second=0)
+    with handle.control() as control:
+        before = control.status()["services"]["agent"]["desired"]
+    done = drillbook("run", "one-replica-left", "--results", str(tmp_path / "results"), state=handle.state_dir,
+                     path=path, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (bundle,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir() and "one-replica-left" in p.name]
+    found = json.loads((bundle / "summary.json").read_text())
+    assert found["verdict"] == "PASS" and found["control"] == "one-replica-left", found
+    assert found["metrics"]["squeezed_from"] == before
+    with handle.control() as control:  # the platform itself was squeezed to one and put back
+        scaled = [(e["from"], e["to"]) for e in control.events() if e["kind"] == "scaled" and e["service"] == "agent"]
+        assert control.status()["services"]["agent"]["desired"] == before
+    assert scaled == [(before, 1), (1, before)], scaled
+    records = [json.loads(line) for line in FaultLedger(handle.state_dir / "faults.jsonl").path.read_text().splitlines()]
+    (squeeze,) = [r["fault"] for r in records if "fault" in r]
+    assert squeeze["kind"] == "squeeze" and squeeze["undo"]["op"] == "unsqueeze"
+    assert [r["how"] for r in records if r.get("undone") == squeeze["id"]] == [f"agent back to {before}"]
