@@ -295,7 +295,7 @@ def test_an_interrupted_game_day_stops_its_sandbox_and_seals_a_summary(tmp_path)
     (["run", "cold-start", "-p", "trials=0"], "invalid trials"),
     (["run", "noisy-neighbour", "-p", "victim_tenant=nobody"], "victim_tenant 'nobody' is not a tenant"),
     (["run", "shed-noisy-tenant", "-p", "tenant=nobody"], "tenant 'nobody' is not a tenant of the target"),
-    (["run", "shed-noisy-tenant"], "tenant is required: the tenant to shed, one of tenant-a, tenant-b"),
+    (["run", "shed-noisy-tenant"], "shed-noisy-tenant needs -p tenant=...: required: the tenant to shed"),
     (["load", "agent-sessions", "--duration", "5s", "--set", "think-time=-1"], "invalid --set think-time=-1"),
     (["run", "r" * 300], "is not a name or a path: a part of it is 300 bytes long (at most 255)"),
     (["run", "ha-replica-loss", "--target", "t" * 300], "is not a name or a path: a part of it is 300 bytes long"),
