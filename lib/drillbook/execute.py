@@ -186,15 +186,19 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
         bundle.event("run_failed", reason=ending.error)
     forget_kernels()  # a kernel still alive after an escalated stop goes now; its load follows it
     stopped = ProcessLedger(state / PROCESSES).stop_orphans()
+    failed = None
     try:
         ending.undone = rollback_all(target_configuration(profile, state), workload)  # nothing stays injected
     except Exception as error:  # noqa: BLE001 - the target stopped answering: the run is still sealed, saying so
-        ending.platform = platform_lost(profile, state, error)
-        bundle.event("rollback_failed", error=f"{type(error).__name__}: {error}"[:REASON_MAX], reason=ending.platform)
-    if ending.platform is None and isinstance(workload, OwnPlatform) and not workload.platform_running():
+        failed = f"{type(error).__name__}: {error}"[:REASON_MAX]
+        bundle.event("rollback_failed", error=failed)
+    if isinstance(workload, OwnPlatform) and not workload.platform_running():  # its faults were closed with it
         ending.platform = (f"the platform stopped under the run: {profile.name} is no longer running, and the "
                            "faults open on it were closed (it starts clean)")
         bundle.event("platform_stopped", reason=ending.platform)
+    elif failed is not None:  # its faults stay open for `drillbook rollback`
+        ending.platform = (f"the target could not be rolled back: {failed}; its open faults stay in the fault "
+                           "ledger for `drillbook rollback`")
     if stopped:
         bundle.event("leftover_load_stopped", processes=stopped)
     if ending.undone:
@@ -220,21 +224,6 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
 
 NOT_SEALED = "not-sealed.txt"  # in a run's scratch folder: why its runner could not seal it
 REASON_MAX = 300
-
-
-def platform_lost(profile: "LoadedProfile", state: Path, error: Exception) -> str:
-    """Why a run's target could not be rolled back, for its verdict: a platform drillbook runs
-    that has stopped (its faults are closed: it starts clean), or a target that does not answer
-    (its faults stay open in the ledger for `drillbook rollback`)."""
-    from drillbook.chaos.runner import close_faults_of_stopped_platform
-
-    said = f"{type(error).__name__}: {error}"[:REASON_MAX]
-    closed = close_faults_of_stopped_platform(profile, state)
-    if closed is not None:
-        return (f"the platform stopped under the run: {profile.name} is no longer running ({said}); "
-                f"{len(closed)} open fault(s) closed with it")
-    return (f"the target could not be rolled back: {said}; its open faults stay in the fault ledger for "
-            "`drillbook rollback`")
 
 
 def not_written(folder: Path, scratch: Path, error: OSError) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -93,4 +92,3 @@ def test_the_cli_dry_runs_touch_nothing_and_exit_0(profiles, tmp_path):
     assert plan.stdout.startswith("game day default on sandbox: 4 run(s), a dry run")
     assert "[4] restore-drill on sandbox" in plan.stdout
     assert not (tmp_path / "state").exists() and not (tmp_path / "results").exists()
-    assert not Path(profiles["kubernetes"]).with_name("no-kubeconfig").exists()

@@ -308,16 +308,21 @@ def undo_open_faults(run: RunContext, run_id: str | None) -> list[tuple[Fault, s
     done = []
     faults = run.ledger.open_faults(run_id)
     if faults and isinstance(run.target, OwnPlatform) and not run.target.platform_running():
-        for fault in faults:  # nothing to wait for: the platform it was made on is gone, and a new one starts clean
-            run.ledger.resolve(fault, PLATFORM_STOPPED)
-            done.append((fault, PLATFORM_STOPPED))
-        return done
+        return close_on_stopped_platform(run.ledger, faults)  # nothing to wait for: a new platform starts clean
     for fault in faults:
         how, restored = undo(run, fault)
         if restored:
             run.ledger.resolve(fault, how)
         done.append((fault, how))
     return done
+
+
+def close_on_stopped_platform(ledger: Any, faults: list[Fault]) -> list[tuple[Fault, str]]:
+    """Close faults made on a platform drillbook ran that has stopped: there is nothing to undo
+    (a platform starts clean), so nothing is asked of it."""
+    for fault in faults:
+        ledger.resolve(fault, PLATFORM_STOPPED)
+    return [(fault, PLATFORM_STOPPED) for fault in faults]
 
 
 def undo_faults(configuration: dict[str, Any] | None = None) -> list[str]:

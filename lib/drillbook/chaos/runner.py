@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from drillbook import project
 from drillbook.chaos import control as drill_control
-from drillbook.chaos.actions import undo_open_faults
+from drillbook.chaos.actions import close_on_stopped_platform, undo_open_faults
 from drillbook.chaos.context import CONTEXT, RunContext
 from drillbook.config import validation_line
 from drillbook.errors import LANDING_MARK, ConfigError
@@ -331,31 +331,17 @@ def rollback_profile(profile: "LoadedProfile", state_dir: Path | None = None) ->
     drillbook runs itself (the sandbox) that is no longer running holds none of them (it starts
     clean): its open faults are closed as such, without asking it. Any other target is checked
     (allow-list, running sandbox, tenant keys) before anything is undone."""
-    from drillbook.targets import target_for
+    from drillbook.chaos.ledger import FaultLedger
+    from drillbook.targets import owned_platform, run_paths, target_for
 
-    closed = close_faults_of_stopped_platform(profile, state_dir)
-    if closed is not None:
-        return closed
+    platform = owned_platform(profile, state_dir)  # None: someone else runs the target
+    if platform is not None and not platform.running():
+        ledger = FaultLedger(run_paths(profile, state_dir)[1])
+        closed = close_on_stopped_platform(ledger, ledger.open_faults())
+        return [f"{fault.kind} ({fault.detail}): {how}" for fault, how in closed]
     directory = profile.state_dir(state_dir)
     target = target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
     return rollback_all(target_configuration(profile, directory), target)
-
-
-def close_faults_of_stopped_platform(profile: "LoadedProfile", state_dir: Path | None = None) -> list[str] | None:
-    """When drillbook runs the target's platform itself (the sandbox) and it is no longer
-    running, close the faults still open on it, without asking it (it starts clean), and say
-    which; None when the platform is someone else's, or still runs (its faults must be undone)."""
-    from drillbook.chaos.ledger import FaultLedger
-    from drillbook.targets import owned_platform, run_paths
-
-    platform = owned_platform(profile, state_dir)  # None: someone else runs the target
-    if platform is None or platform.running():
-        return None
-    ledger, closed = FaultLedger(run_paths(profile, state_dir)[1]), []
-    for fault in ledger.open_faults():
-        ledger.resolve(fault, "its platform is no longer running, and starts clean")
-        closed.append(f"{fault.kind} ({fault.detail}): closed, its platform is no longer running")
-    return closed
 
 
 def target_configuration(profile: "LoadedProfile", state_dir: Path | None = None) -> dict[str, Any]:
@@ -374,5 +360,5 @@ def sandbox_configuration(state_dir: Path) -> dict[str, Any]:
     return target_configuration(builtin_sandbox(), state_dir)
 
 
-__all__ = ["ChaosResult", "close_faults_of_stopped_platform", "experiment_path", "target_configuration", "parameters_for", "plan", "rollback_all",
+__all__ = ["ChaosResult", "experiment_path", "target_configuration", "parameters_for", "plan", "rollback_all",
            "rollback_profile", "run", "sandbox_configuration", "verdict_of"]
