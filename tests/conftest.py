@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from glob import glob
 from pathlib import Path
@@ -26,7 +25,7 @@ os.environ["KUBECONFIG"] = str(SESSION_KUBECONFIG)
 from drillbook.config import SandboxConfig, running_in_ci  # noqa: E402
 from drillbook.sandbox import launcher
 from drillbook.sandbox.launcher import SandboxHandle
-from tests.helpers import free_port
+from tests.helpers import free_port, fresh_database
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -143,12 +142,7 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture
 def pg_dsn(pg_server: str) -> str:
     """A fresh database on the test server, for one test."""
-    import psycopg
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(f"{pg_server}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"{pg_server}/{name}"
+    return fresh_database(pg_server)
 
 
 SandboxFactory = Callable[..., SandboxHandle]

@@ -40,6 +40,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def fresh_database(server: str) -> str:
+    """A new, empty database on the test PostgreSQL server (a base DSN without a database name)."""
+    import uuid
+
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{server}/{name}"
+
+
 def install_distribution(folder: Path, name: str, sources: list[Path], entry_points: dict[str, dict[str, str]]) -> Path:
     """A package installed as pip would leave it, without pip: each source (a module file or a
     package folder) copied into `folder`, and a dist-info with the distribution's entry points

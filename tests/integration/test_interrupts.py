@@ -326,7 +326,7 @@ def test_a_run_whose_platform_dies_under_it_is_sealed_error_naming_it(sandbox_fa
 
     handle = sandbox_factory(tokens_per_second=0)
     results = tmp_path / "results"
-    runner = Runner(["run", "ha-replica-loss", "-p", "duration_s=40", "-p", "kill_after_s=3", "-p", "users=2"],
+    runner = Runner(["run", "ha-replica-loss", "-p", "duration_s=20", "-p", "kill_after_s=3", "-p", "users=2"],
                     handle.state_dir, results)
     wait_for(lambda: fault_injected(handle), timeout=120, interval=0.05)
     os.kill(handle.pid, signal.SIGKILL)  # the platform dies while its replica is down and the fault is open
