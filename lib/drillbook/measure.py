@@ -224,6 +224,10 @@ def flood_landing(readings: Sequence[TierObservation], issued_at: float, victim:
     if len(after) < 2:
         why = f"; the last failed: {failed[-1].error}" if failed else ""
         return Landing(False, None, f"{len(after)} answered readings of the shared tier after the call{why}")
+    if best is None and not any(r.usage for r in after):
+        return Landing(False, None, f"{len(after)} readings of the shared tier after the call, none with a tenant in "
+                                    "it (a tier that shows its tenants only to its own services needs its token: "
+                                    "the profile's workload.inference.metrics_token_env)")
     if best is None:
         return Landing(False, None, f"{len(after)} readings of the shared tier after the call; the tenants other than "
                                     f"{victim} held no slot between any two")

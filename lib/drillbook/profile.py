@@ -36,6 +36,14 @@ from drillbook.errors import ConfigError
 from drillbook.target_kinds import BUILT_IN, check_kind
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def env_name(name: str) -> str:
+    """name, if it is an environment variable's name (upper case, digits, '_'); else ValueError."""
+    if not ENV_NAME.match(name):
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}… ({len(name)} characters)"
+        raise ValueError(f"{shown} is not an environment variable name (upper case, digits, '_')")
+    return name
 ROLES = ("agent", "inference", "state_store", "aggressor")  # aggressor: floods inference as one tenant (noisy neighbour)
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
 
@@ -63,10 +71,7 @@ class TenantRef(StrictModel):
     @field_validator("key_env")
     @classmethod
     def _env_name(cls, name: str) -> str:
-        if not ENV_NAME.match(name):
-            shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}… ({len(name)} characters)"
-            raise ValueError(f"{shown} is not an environment variable name (upper case, digits, '_')")
-        return name
+        return env_name(name)
 
 
 def command_placeholders(line: str) -> list[str]:
@@ -129,6 +134,15 @@ class Role(StrictModel):
     namespace: str | None = Field(None, description="kubernetes: the tier's namespace, if not the profile's")
     commands: RoleCommands | None = None
     service: str | None = Field(None, description="the sandbox service name (sandbox kind only)")
+    metrics_token_env: str | None = Field(
+        None, description="name of the environment variable holding the token the tier's /metrics asks before it "
+                          "shows per-tenant series (the reference platform: its internal token); without it they "
+                          "are summed over tenants")
+
+    @field_validator("metrics_token_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        return None if name is None else env_name(name)
 
 
 class StoreCommands(StrictModel):
@@ -370,6 +384,18 @@ class LoadedProfile:
                                   f"{ref.key_env} is not set")
             keys[tenant] = value
         return keys
+
+    def metrics_token(self, role: str) -> str | None:
+        """The token a tier's /metrics asks for its per-tenant series, from the environment variable
+        its metrics_token_env names; None where the profile names none, a ConfigError where it is unset."""
+        spec = self.spec.role(role)
+        if spec is None or spec.metrics_token_env is None:
+            return None
+        value = os.environ.get(spec.metrics_token_env, "")
+        if not value:
+            raise ConfigError(f"{self.path.name}: invalid workload.{role}.metrics_token_env: environment variable "
+                              f"{spec.metrics_token_env} is not set")
+        return value
 
     def locustfile(self) -> Path | None:
         if not self.spec.load.locustfile:

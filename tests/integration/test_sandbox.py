@@ -142,12 +142,16 @@ def test_rate_limit_answers_429_per_tenant(sandbox_factory):
         assert bob.request("POST", "/v1/sessions").status_code == 201  # the limit is per tenant
 
 
-def test_model_server_reports_queue_wait_slots_and_gpu_seconds(sandbox):
+def test_model_server_reports_queue_wait_slots_and_gpu_seconds_per_tenant_only_to_the_platform(sandbox):
     with TenantClient(sandbox.gateway_url, sandbox.tenant_keys["tenant-b"]) as client:
         client.turn(client.create_session(), "count me")
     with sandbox.control() as control:
         model_url = control.status()["services"]["model"]["replicas"][0]["url"]
-    text = httpx.get(f"{model_url}/metrics").text
+    anyone = httpx.get(f"{model_url}/metrics").text
+    assert 'tenant="' not in anyone and "drillbook_model_requests_total 1.0" in anyone  # summed over tenants
+    wrong = httpx.get(f"{model_url}/metrics", headers={"Authorization": "Bearer not-the-token"}).text
+    assert 'tenant="' not in wrong
+    text = httpx.get(f"{model_url}/metrics", headers={"X-Drillbook-Internal-Token": sandbox.runtime.internal_token}).text
     assert 'drillbook_model_requests_total{tenant="tenant-b"} 1.0' in text
     # 16 tokens in chunks of 4: the generation queued for a slot four times.
     assert 'drillbook_model_queue_wait_seconds_count{tenant="tenant-b"} 4.0' in text

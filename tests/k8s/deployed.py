@@ -32,7 +32,7 @@ class Deployed:
     """The platform as it runs, and a kubernetes target profile for drillbook on the node."""
 
     profile: Path
-    key_env: dict[str, str]  # the variables the profile names, with the tenants' keys
+    key_env: dict[str, str]  # the variables the profile names, with the tenants' keys and the platform's token
     keys: dict[str, str]  # tenant -> API key
     in_cluster_dsn: str
 
@@ -46,6 +46,7 @@ class Deployed:
         spec["workload"]["store"] = store_commands(self.in_cluster_dsn, backups, python="python3", script=store_ops)
         for tenant, variable in key_env.items():
             spec["tenants"][tenant]["key_env"] = variable
+        spec["workload"]["inference"]["metrics_token_env"] = "PLATFORM_INTERNAL_TOKEN"  # deploy/gameday's env
         return yaml.safe_dump(spec, sort_keys=False)
 
 
@@ -78,7 +79,8 @@ def deploy(folder: Path) -> Deployed:
     keys = {tenant: "dbk_" + secrets.token_urlsafe(18) for tenant in TENANTS}
     password = secrets.token_urlsafe(18)
     in_cluster_dsn = f"postgresql://postgres:{password}@state-store.{NAMESPACE}.svc.cluster.local:5432/drillbook"
-    for name, data in (("platform-internal", {"token": secrets.token_urlsafe(24)}),
+    internal_token = secrets.token_urlsafe(24)
+    for name, data in (("platform-internal", {"token": internal_token}),
                        ("tenant-keys", {"tenant-keys": "".join(f"{t}={k}\n" for t, k in keys.items())}),
                        ("state-store", {"password": password, "dsn": in_cluster_dsn})):
         core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": name}, "stringData": data})
@@ -106,6 +108,7 @@ def deploy(folder: Path) -> Deployed:
     store_ip = core.read_namespaced_pod("state-store-0", NAMESPACE).status.pod_ip
     dsn = f"postgresql://postgres:{password}@{store_ip}:5432/drillbook"  # the node's view: no cluster DNS here
     key_env = {f"NODE_{tenant.upper().replace('-', '_')}_KEY": key for tenant, key in keys.items()}
+    key_env_with_token = {**key_env, "NODE_PLATFORM_TOKEN": internal_token}
     profile = folder / "node-platform.yaml"
     profile.write_text(yaml.safe_dump({
         "name": "node-platform", "kind": "kubernetes",
@@ -115,7 +118,8 @@ def deploy(folder: Path) -> Deployed:
         "allowed_hosts": [urlsplit(gateway_url).hostname],  # the gateway's Service address, on the node
         "workload": {"gateway_url": gateway_url,
                      "agent": {"deployment": "agent", "selector": "app=agent"},
-                     "inference": {"deployment": "model-server", "selector": "app=model-server"},
+                     "inference": {"deployment": "model-server", "selector": "app=model-server",
+                                   "metrics_token_env": "NODE_PLATFORM_TOKEN"},
                      "aggressor": {"deployment": "aggressor", "selector": "app=aggressor", "namespace": "tenant-b"},
                      "store": store_commands(dsn, folder / "backups")},
         "tenants": {tenant: {"key_env": variable, "namespace": tenant, "quota": "inference"}
@@ -131,4 +135,4 @@ def deploy(folder: Path) -> Deployed:
         # first-come-first-served model server; before, 1.21-1.24 against 3.10-3.84, and once a PASS
         "slos": {"ha-replica-loss": {"max_recovery_s": 20.0, "duration_s": 28.0},
                  "cold-start": {"slo_p95_s": 20.0}}}))
-    return Deployed(profile, key_env, keys, in_cluster_dsn)
+    return Deployed(profile, key_env_with_token, keys, in_cluster_dsn)

@@ -53,13 +53,15 @@ def reference_platform_runner(pod: dict, address: str, port: int) -> list[str] |
             "--replica", pod["metadata"]["name"], "--control-url", "", "--host", address, "--port", str(port)]
 
 
+METRICS_TOKEN_ENV = "K8S_PLATFORM_TOKEN"  # what the profile names for the platform's internal token
+
 @dataclass
 class Platform:
     namespace: str
     profile: Path
     gateway_url: str
     runtime: Runtime
-    key_env: dict[str, str]  # the tenant key variables the profile names, for the caller's environment
+    key_env: dict[str, str]  # the variables the profile names (tenant keys, the metrics token), for the caller's environment
 
 
 STORE_OPS = Path(__file__).resolve().parent / "store_ops.py"
@@ -121,6 +123,7 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, store_lie: s
     key_env = {f"K8S_{tenant.upper().replace('-', '_')}_KEY": key for tenant, key in runtime.tenant_keys.items()}
     keys: dict[str, dict[str, str]] = {tenant: {"key_env": variable}
                                        for tenant, variable in zip(runtime.tenant_keys, key_env)}
+    key_env[METRICS_TOKEN_ENV] = runtime.internal_token  # the model server's per-tenant /metrics
     keys[runtime.config.tenants[-1]]["namespace"] = tenant_namespace
     profile = folder / f"{namespace}.yaml"
     profile.write_text(yaml.safe_dump({
@@ -130,7 +133,8 @@ def start_platform(plane: Any, api: client.ApiClient, folder: Path, store_lie: s
                        "allowed_namespaces": [namespace, tenant_namespace]},
         "workload": {"gateway_url": runtime.gateway_url,
                      "agent": {"deployment": "agent", "selector": "app=agent"},
-                     "inference": {"deployment": "model-server", "selector": "app=model-server"},
+                     "inference": {"deployment": "model-server", "selector": "app=model-server",
+                                   "metrics_token_env": METRICS_TOKEN_ENV},
                      "aggressor": {"deployment": "aggressor", "selector": "app=aggressor",
                                    "namespace": tenant_namespace},
                      **({"store": store_commands(str(runtime.config.dsn), folder / f"{namespace}-backups",

@@ -222,6 +222,9 @@ def test_a_flood_lands_only_where_the_tier_queues_for_it_between_two_readings_af
     # the victim queueing behind its own traffic is not the aggressor's flood
     alone = [tier(100.1 + i, victim=float(i)) for i in range(4)]
     assert "held no slot" in flood_landing(alone, KILL, "tenant-a").seen
+    # a tier that shows no tenant at all (its /metrics summed for whoever lacks its token) says so
+    hidden = flood_landing([T(100.1 + i, 100.15 + i, {}) for i in range(3)], KILL, "tenant-a")
+    assert not hidden.landed and "none with a tenant in it" in hidden.seen and "metrics_token_env" in hidden.seen
     # the flood arrives: between the 3rd and 4th reading its chunks waited 3 holds each
     arriving = [tier(100.1, (0, 0, 0)), tier(100.4, (0.1, 0.0, 5)), tier(100.7, (0.2, 0.05, 10)),
                 tier(101.0, (1.0, 2.45, 50))]

@@ -130,7 +130,7 @@ def test_unknown_targets_list_the_known_ones():
 
 
 def test_shipped_profiles_and_examples_validate(monkeypatch):
-    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY", "AGENT_TEAM_A_KEY"):
+    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY", "AGENT_TEAM_A_KEY", "PLATFORM_INTERNAL_TOKEN"):
         monkeypatch.setenv(variable, "k")
     paths = sorted(p for p in (REPOSITORY / "targets").rglob("*.yaml") if p.parent.name != "presets")
     assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml"}
@@ -138,6 +138,28 @@ def test_shipped_profiles_and_examples_validate(monkeypatch):
         profile = load_profile(str(path))
         if profile.kind != "sandbox":
             assert profile.tenant_keys()
+    assert load_profile(str(REPOSITORY / "targets" / "examples" / "kubernetes.yaml")).metrics_token("inference") == "k"
+
+
+def test_a_metrics_token_comes_from_the_variable_the_profile_names_and_an_unset_one_is_refused(tmp_path,
+                                                                                                monkeypatch):
+    spec = {"name": "t", "kind": "commands", "workload": {"gateway_url": "http://127.0.0.1:9",
+            "agent": {"commands": {"status": "true"}}}, "tenants": {"a": {"key_env": "T_A_KEY"}}}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert load_profile(str(path)).metrics_token("inference") is None  # the profile names none
+    spec["workload"]["inference"] = {"commands": {"status": "true"}, "metrics_token_env": "T_TOKEN"}
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.delenv("T_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match=r"^t.yaml: invalid workload.inference.metrics_token_env: environment "
+                                          r"variable T_TOKEN is not set$"):
+        load_profile(str(path)).metrics_token("inference")
+    monkeypatch.setenv("T_TOKEN", "s3cret")
+    assert load_profile(str(path)).metrics_token("inference") == "s3cret"
+    spec["workload"]["inference"]["metrics_token_env"] = "lower"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="metrics_token_env.*'lower' is not an environment variable name"):
+        load_profile(str(path))
 
 
 def test_the_sandbox_profile_states_the_notebooks_own_slo_defaults():

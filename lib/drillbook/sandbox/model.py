@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drillbook.config import Defect
+from drillbook.sandbox.exposition import WithoutTenants, internal
 from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN, ServiceContext, run_service
 
 WORDS = ("agent", "plan", "tool", "state", "token", "reply", "model", "step", "check", "done",
@@ -140,9 +141,6 @@ class ModelMetrics:
                                  registry=self.registry)
         self.ready = Gauge("drillbook_model_ready", "1 once the model is loaded", registry=self.registry)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
 
 class ModelServer:
     def __init__(self, ctx: ServiceContext) -> None:
@@ -173,9 +171,14 @@ class ModelServer:
         return web.json_response({"alive": True})
 
     async def metrics_text(self, request: web.Request) -> web.Response:
+        """Per tenant for the platform's own services (the internal token); summed over tenants for
+        anyone else, as the gateway does: the inference tier is shared, and its volumes per tenant
+        are the tenants' business."""
         for tenant in list(self.scheduler.queues):
             self.metrics.queue_depth.labels(tenant).set(self.scheduler.queue_depth(tenant))
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        shown = self.metrics.registry if internal(request.headers, self.internal_token) else \
+            WithoutTenants(self.metrics.registry)
+        return web.Response(body=generate_latest(shown), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get(HEADER_INTERNAL_TOKEN) != self.internal_token:

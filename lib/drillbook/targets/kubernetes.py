@@ -334,7 +334,9 @@ class KubernetesTarget(ProfileTarget):
 
     # TenantMetrics: the model server's per-tenant metrics, read from its ready pods
     def tenant_metrics(self) -> dict[str, dict[str, float]]:
-        return model_server_metrics(self.replica_urls("inference")) if self.has("inference") else {}
+        if not self.has("inference"):
+            return {}
+        return model_server_metrics(self.replica_urls("inference"), self.profile.metrics_token("inference"))
 
     # TenantLimits: each tenant namespace's ResourceQuota (spec.hard), for tenants whose profile
     # entry names a namespace

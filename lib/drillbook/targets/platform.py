@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN
+
 MODEL_METRICS = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
                  "drillbook_model_queue_wait_seconds_sum": "queue_wait_sum",
                  "drillbook_model_queue_wait_seconds_count": "queue_wait_count"}
@@ -19,8 +21,8 @@ MODEL_METRICS = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
 
 def scrape(url: str, token: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a service's /metrics; token: the platform's internal token, for the per-tenant
-    series a gateway shows only to the platform's own services."""
-    headers = {"X-Drillbook-Internal-Token": token} if token else {}
+    series the gateway and the model server show only to the platform's own services."""
+    headers = {HEADER_INTERNAL_TOKEN: token} if token else {}
     text = httpx.get(f"{url}/metrics", timeout=5, headers=headers).text
     samples = {}
     for family in text_string_to_metric_families(text):
@@ -54,13 +56,14 @@ def by_tenant(samples: dict, name: str, label: str = "tenant") -> dict[str, floa
     return found
 
 
-def model_server_metrics(urls: list[str]) -> dict[str, dict[str, float]]:
+def model_server_metrics(urls: list[str], token: str | None) -> dict[str, dict[str, float]]:
     """The model server's metrics per tenant, summed over the replicas at urls (one that does not
-    answer is left out)."""
+    answer is left out); token: what its /metrics asks before it shows tenants (without it, or with
+    a wrong one, the series are summed over tenants and nothing is found here)."""
     totals: dict[str, dict[str, float]] = {}
     for url in urls:
         try:
-            samples = scrape(url)
+            samples = scrape(url, token)
         except httpx.HTTPError:
             continue
         for metric, name in MODEL_METRICS.items():
@@ -80,11 +83,11 @@ def diagnose(handle: Any, window_s: float, notable: set[str]) -> dict[str, Any]:
     restarts_before = {name: sum(r.get("restarts", 0) for r in svc["replicas"]) for name, svc in status.items()}
     token = handle.runtime.internal_token
     gateway_before = scrape(gateway, token)
-    model_before = [scrape(url) for url in model_urls]
+    model_before = [scrape(url, token) for url in model_urls]
     started = time.time()
     time.sleep(window_s)
     gateway_after = scrape(gateway, token)
-    model_after = [scrape(url) for url in model_urls]
+    model_after = [scrape(url, token) for url in model_urls]
     with handle.control() as control:
         status = control.status()["services"]
         found["events"] = [e for e in control.events() if e["kind"] in notable and e["t"] >= started - 600][-20:]
@@ -122,7 +125,7 @@ def diagnose(handle: Any, window_s: float, notable: set[str]) -> dict[str, Any]:
         }
     try:
         answer = httpx.get(f"{gateway}/internal/v1/slowest", timeout=5,
-                           headers={"X-Drillbook-Internal-Token": handle.runtime.internal_token})
+                           headers={HEADER_INTERNAL_TOKEN: handle.runtime.internal_token})
         found["slowest"] = answer.json()["slowest"][:5]
     except (httpx.HTTPError, ValueError, KeyError):
         found["missing"].append("slowest requests")

@@ -138,7 +138,7 @@ class SandboxTarget:
 
     # TenantMetrics: the model server's per-tenant metrics
     def tenant_metrics(self) -> dict[str, dict[str, float]]:
-        return model_server_metrics(self.replica_urls("inference"))
+        return model_server_metrics(self.replica_urls("inference"), self.handle.runtime.internal_token)
 
     # Diagnostics: the reference platform's own metrics and slowest requests, for triage
     def diagnose(self, window_s: float, notable: set[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drillbook.errors import StoreUnavailable
-from drillbook.profile import LoadedProfile, StoreCommands
+from drillbook.profile import ROLES, LoadedProfile, StoreCommands
 
 
 def run_command(line: str, cwd: Path, timeout_s: float, what: str, **fields: Any) -> str:
@@ -124,4 +124,5 @@ class ProfileTarget:
         return str(self.profile.spec.workload.gateway_url), self.profile.tenant_keys()
 
     def secrets(self) -> list[str]:
-        return list(self.profile.tenant_keys().values())
+        tokens = [self.profile.metrics_token(role) for role in ROLES]
+        return [*self.profile.tenant_keys().values(), *filter(None, tokens)]
