@@ -170,6 +170,25 @@ def default_pg_dsn() -> str | None:
     return os.environ.get(ENV_PG_DSN) or None
 
 
+ENV_FAULT_LEASE_S = "DRILLBOOK_FAULT_LEASE_S"
+DEFAULT_FAULT_LEASE_S = 30.0
+
+
+def fault_lease_s() -> float:
+    """How long a fault's lease lives without its run's heartbeat, where the platform holds leases
+    (the sandbox): DRILLBOOK_FAULT_LEASE_S, default 30 s; the run renews every third of it."""
+    text = os.environ.get(ENV_FAULT_LEASE_S, "").strip()
+    if not text:
+        return DEFAULT_FAULT_LEASE_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 1.0 <= seconds <= 3600.0:
+        raise ConfigError(f"{ENV_FAULT_LEASE_S}={text[:40]!r}: a fault lease is 1 to 3600 seconds")
+    return seconds
+
+
 def running_in_ci() -> bool:
     return os.environ.get(ENV_CI, "").lower() in {"1", "true", "yes"}
 

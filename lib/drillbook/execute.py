@@ -299,9 +299,10 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
         folder, scratch = Path(detail["bundle"]), Path(detail["scratch"])
         if (folder / UNSEALED).is_file() and not (folder / MANIFEST).exists():
             try:
-                secrets = target_for(profile, state).secrets()
+                target: Any = target_for(profile, state)
+                secrets = target.secrets()
             except Exception:  # noqa: BLE001 - the target may be gone; the bundle's own values are redacted
-                secrets = []
+                target, secrets = None, []
             bundle = BundleWriter.resume(folder, secrets=secrets, **evidence_settings())
             killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
             why = scratch / NOT_SEALED  # its runner lived, but could not write the evidence
@@ -309,6 +310,9 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
                             (f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died before it "
                              "could seal this run; sealed afterwards by drillbook rollback",
                              f"runner killed (pid {entry.owner_pid})"))
+            undone = undone_by_watchdog(target, scratch / "work")
+            if undone:
+                reason += "; the platform's watchdog undid its faults when their leases ran out: " + "; ".join(undone)
             ending = RunEnding(error=reason)
             try:
                 collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
@@ -323,6 +327,24 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
     if failed:
         raise RunsNotSealed(done, failed)
     return done
+
+
+def undone_by_watchdog(target: Any, work: Path) -> list[str]:
+    """What the platform's fault-lease watchdog undid of a killed run's chaos runs (their run ids
+    from the timelines the run left in work/chaos/), with when: from the target's events, where
+    it has any (the sandbox's supervisor records each undo)."""
+    from drillbook import jsonl
+
+    runs = {event.get("run_id") for path in sorted(work.glob("chaos/*/timeline.jsonl")) for event in jsonl.read(path)
+            if event.get("kind") == "experiment_started"}
+    if target is None or not runs or not hasattr(target, "events"):
+        return []
+    try:
+        events = target.events()
+    except Exception:  # noqa: BLE001 - a platform that cannot answer: the reason goes without it
+        return []
+    return [f"{event['undone']} at {datetime.fromtimestamp(event['t'], timezone.utc).isoformat(timespec='seconds')}"
+            for event in events if event.get("kind") == "fault_undone_by_watchdog" and event.get("run") in runs]
 
 
 class RunsNotSealed(EvidenceError):

@@ -85,8 +85,12 @@ class RunContext:
             raise ContextError("this experiment's configuration names no drillbook target (drillbook_ledger is "
                                "missing): run it with `drillbook chaos run`, or give it drillbook's target "
                                "configuration (drillbook.chaos.runner.target_configuration)")
+        from drillbook.targets.capabilities import FaultLeases
+
+        target = target or target_of(configuration)
+        leases = target if isinstance(target, FaultLeases) else None
         return cls(run_id, Path(configuration.get("drillbook_run_dir", ".")),
-                   FaultLedger(Path(configuration["drillbook_ledger"])), target or target_of(configuration))
+                   FaultLedger(Path(configuration["drillbook_ledger"]), leases), target)
 
     def follow(self, configuration: dict[str, Any]) -> "RunContext":
         """Carry this context in the run's configuration (the one chaoslib hands to the run's

@@ -87,6 +87,19 @@ class ControlClient:
     def set_tenant_limit(self, tenant: str, rps: float, burst: int) -> dict[str, Any]:
         return self._call("POST", f"/v1/tenants/{tenant}/limit", json={"rps": rps, "burst": burst})
 
+    def leases(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/leases")["leases"])
+
+    def lease(self, fault: str, run: str, what: str, undo: dict[str, Any], seconds: float) -> dict[str, Any]:
+        return self._call("POST", "/v1/leases", json={"fault": fault, "run": run, "what": what, "undo": undo,
+                                                      "seconds": seconds})
+
+    def renew_leases(self, runs: list[str]) -> int:
+        return int(self._call("POST", "/v1/leases/renew", json={"runs": runs})["renewed"])
+
+    def release_lease(self, fault: str) -> bool:
+        return bool(self._call("DELETE", f"/v1/leases/{fault}")["released"])
+
     def shutdown(self) -> dict[str, Any]:
         return self._call("POST", "/v1/shutdown")
 

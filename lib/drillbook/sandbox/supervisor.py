@@ -32,6 +32,7 @@ from drillbook.config import SLOW_RESTART_S, STALE_STATUS_S, Defect
 from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable
 from drillbook.processes import die_with_parent
+from drillbook.sandbox.leases import LeaseBook, LeaseError
 from drillbook.sandbox.runtime import Runtime
 from drillbook.sandbox.service import LOOPBACK, use_fast_event_loop
 from drillbook.sandbox.store import BackupInfo, StateStore
@@ -39,6 +40,7 @@ from drillbook.sandbox.store import BackupInfo, StateStore
 log = logging.getLogger("drillbook.supervisor")
 
 STOP_GRACE_S = 5.0
+LEASE_WATCH_S = 0.5  # how often the watchdog looks for expired fault leases
 PORT_ANNOUNCE_TIMEOUT_S = 30.0
 STABLE_RUN_S = 10.0  # a replica that ran this long resets its restart back-off
 PROBE_INTERVAL_STARTING_S = 0.02
@@ -138,6 +140,8 @@ class Supervisor:
         # Per-tenant rate limits the gateways apply; changed at run time by the shed runbook.
         self.tenant_limits = {tenant: {"rps": config.rate_limit_rps, "burst": config.rate_limit_burst}
                               for tenant in runtime.tenant_keys}
+        # Leases on the faults runs made here: undone by _watch_leases when their runner stops renewing.
+        self.leases = LeaseBook()
 
     # -- endpoints ---------------------------------------------------------------------------
     def _bump_endpoints(self) -> None:
@@ -433,6 +437,33 @@ class Supervisor:
             return {"kind": self.runtime.config.store, "healthy": False, "reason": str(error)}
         return {"kind": self.runtime.config.store, "healthy": True, "sessions": sessions, "turns": turns}
 
+    # -- fault leases ------------------------------------------------------------------------
+    async def _watch_leases(self) -> None:
+        """Undo each fault whose lease expired: its runner is gone (killed, its machine lost), and
+        nothing but this supervisor knows the fault is still there."""
+        while not self.shutdown.is_set():
+            await asyncio.sleep(LEASE_WATCH_S)
+            for lease in self.leases.expired(time.time()):
+                try:
+                    undone = await self._undo(lease.undo, f"the fault lease of run {lease.run} expired")
+                except (ControlError, BackupError, StoreUnavailable) as error:
+                    self.events.emit("fault_lease_undo_failed", run=lease.run, fault=lease.fault, what=lease.what,
+                                     error=str(error))
+                    continue
+                self.events.emit("fault_undone_by_watchdog", run=lease.run, fault=lease.fault, what=lease.what,
+                                 undone=undone, lease_expired_at=lease.expires_at)
+
+    async def _undo(self, undo: dict[str, Any], reason: str) -> str:
+        """Do a lease's undo (leases.UNDO_FIELDS); says what was done."""
+        if undo["op"] == "scale":
+            self.scale(undo["service"], undo["replicas"], reason)
+            return f"scaled {undo['service']} back to {undo['replicas']}"
+        if self.backups():
+            restored = await self.restore("latest")
+            return f"restored the store from backup {restored['restored']['id']}"
+        await self.recreate_store()
+        return "recreated an empty store (no backup to restore)"
+
     # -- run ---------------------------------------------------------------------------------
     async def run(self) -> None:
         await asyncio.to_thread(self.store.init_schema, True)
@@ -454,8 +485,10 @@ class Supervisor:
         })
         for service in self.services.values():
             self.reconcile(service)
+        watchdog = asyncio.create_task(self._watch_leases())
         await self.shutdown.wait()
-        self.events.emit("sandbox_stopping")
+        watchdog.cancel()
+        self.events.emit("sandbox_stopping", open_leases=[lease.to_json() for lease in self.leases.leases.values()])
         replicas = [r for svc in self.services.values() for r in list(svc.replicas.values())]
         await asyncio.gather(*(self._stop_replica(r, reason="sandbox down") for r in replicas))
         self.events.emit("sandbox_stopped")
@@ -602,6 +635,31 @@ def control_app(supervisor: Supervisor) -> web.Application:
         return web.json_response(supervisor.set_tenant_limit(request.match_info["tenant"], float(rps),
                                                              integer(body, "burst")))
 
+    async def grant_lease(request: web.Request) -> web.Response:
+        try:
+            lease = supervisor.leases.grant(await body_of(request), time.time())
+        except LeaseError as error:
+            raise ControlError(400, str(error)) from None
+        supervisor.events.emit("fault_leased", run=lease.run, fault=lease.fault, what=lease.what,
+                               expires_at=lease.expires_at)
+        return web.json_response(lease.to_json())
+
+    async def renew_leases(request: web.Request) -> web.Response:
+        try:
+            return web.json_response({"renewed": supervisor.leases.renew((await body_of(request)).get("runs"),
+                                                                        time.time())})
+        except LeaseError as error:
+            raise ControlError(400, str(error)) from None
+
+    async def release_lease(request: web.Request) -> web.Response:
+        lease = supervisor.leases.release(request.match_info["fault"])
+        if lease is not None:
+            supervisor.events.emit("fault_lease_released", run=lease.run, fault=lease.fault)
+        return web.json_response({"released": lease is not None})
+
+    async def leases(request: web.Request) -> web.Response:
+        return web.json_response({"leases": [lease.to_json() for lease in supervisor.leases.leases.values()]})
+
     async def shutdown(request: web.Request) -> web.Response:
         asyncio.get_running_loop().call_soon(supervisor.shutdown.set)
         return web.json_response({"stopping": True}, status=202)
@@ -621,6 +679,10 @@ def control_app(supervisor: Supervisor) -> web.Application:
     app.router.add_get("/v1/store/sessions", store_sessions)
     app.router.add_get("/v1/tenants", tenants)
     app.router.add_post("/v1/tenants/{tenant}/limit", tenant_limit)
+    app.router.add_get("/v1/leases", leases)
+    app.router.add_post("/v1/leases", grant_lease)
+    app.router.add_post("/v1/leases/renew", renew_leases)
+    app.router.add_delete("/v1/leases/{fault}", release_lease)
     app.router.add_post("/v1/shutdown", shutdown)
     return app
 

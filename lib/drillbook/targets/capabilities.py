@@ -35,6 +35,17 @@ class OwnPlatform(Protocol):
 
 
 @runtime_checkable
+class FaultLeases(Protocol):
+    """A target whose platform holds a lease on each fault a run makes and undoes the fault itself
+    once the run stops renewing it (its runner killed, its machine gone): the sandbox's supervisor.
+    The fault ledger leases each fault before it is applied and releases it once undone."""
+
+    def lease_fault(self, fault: Any) -> None: ...
+
+    def release_fault(self, fault: Any) -> None: ...
+
+
+@runtime_checkable
 class TenantMetrics(Protocol):
     """Per tenant, summed over the inference replicas: GPU-seconds and queue-wait sum and count."""
 

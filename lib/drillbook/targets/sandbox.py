@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 from typing import Any
 
+from drillbook.config import fault_lease_s
+from drillbook.errors import ControlApiError
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
@@ -53,6 +57,43 @@ class SandboxPlatform:
         self.handle = self.entry = None
 
 
+class LeaseHeartbeat:
+    """Renews, every third of the lease, the supervisor's leases on the faults this process made
+    and has not undone, for as long as the process lives: a daemon thread, which dies with it (and
+    then the leases run out and the supervisor undoes the faults). It stops when no fault is held."""
+
+    def __init__(self, handle: Any, seconds: float) -> None:
+        self.handle, self.seconds = handle, seconds
+        self.held: dict[str, str] = {}  # fault id -> its run
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def hold(self, fault: str, run: str) -> None:
+        with self.lock:
+            self.held[fault] = run
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._beat, name="drillbook-fault-lease-heartbeat", daemon=True)
+                self.thread.start()
+
+    def release(self, fault: str) -> None:
+        with self.lock:
+            self.held.pop(fault, None)
+
+    def _beat(self) -> None:
+        while True:
+            threading.Event().wait(self.seconds / 3)
+            with self.lock:
+                runs = sorted(set(self.held.values()))
+                if not runs:
+                    self.thread = None
+                    return
+            try:
+                with self.handle.control() as control:
+                    control.renew_leases(runs)
+            except ControlApiError:
+                continue  # the platform is away: its leases, if it comes back, run out as they should
+
+
 class SandboxTarget:
     """The sandbox's services by role (agent, inference) or by their own names (aggressor)."""
 
@@ -65,6 +106,7 @@ class SandboxTarget:
         self.profile = profile or builtin_sandbox()
         self.api = self.profile.spec.api
         self.handle = launcher.require(Path(state_dir))
+        self.heartbeat = LeaseHeartbeat(self.handle, fault_lease_s())
 
     granted = "the reference platform"
 
@@ -160,6 +202,26 @@ class SandboxTarget:
 
     def lowered_limit(self, current: dict[str, Any], rps: float, burst: int, quota: str) -> dict[str, Any]:
         return {"rps": float(rps), "burst": int(burst)}
+
+    # FaultLeases: the supervisor leases every scale and store destruction a run makes (a kill needs
+    # none: the supervisor replaces a killed replica anyway)
+    def lease_fault(self, fault: Any) -> None:
+        from drillbook.sandbox.leases import UNDO_FIELDS
+
+        if fault.undo.get("op") not in UNDO_FIELDS:
+            return
+        with self._control() as control:
+            control.lease(fault.id, fault.run_id, f"{fault.kind} {json.dumps(fault.detail, sort_keys=True)}"[:500],
+                          fault.undo, self.heartbeat.seconds)
+        self.heartbeat.hold(fault.id, fault.run_id)
+
+    def release_fault(self, fault: Any) -> None:
+        self.heartbeat.release(fault.id)
+        try:
+            with self._control() as control:
+                control.release_lease(fault.id)
+        except ControlApiError:
+            pass  # a platform that stopped holds no lease (it starts clean)
 
     def set_tenant_limit(self, tenant: str, limit: dict[str, Any]) -> None:
         with self._control() as control:
