@@ -210,9 +210,12 @@ class SandboxTarget:
 
         if fault.undo.get("op") not in UNDO_FIELDS:
             return
+        undo = dict(fault.undo)
+        if undo["op"] == "scale":  # the ledger names a role (inference); the supervisor its service (model)
+            undo["service"] = self.service(undo["service"])
         with self._control() as control:
             control.lease(fault.id, fault.run_id, f"{fault.kind} {json.dumps(fault.detail, sort_keys=True)}"[:500],
-                          fault.undo, self.heartbeat.seconds)
+                          undo, self.heartbeat.seconds)
         self.heartbeat.hold(fault.id, fault.run_id)
 
     def release_fault(self, fault: Any) -> None:
