@@ -196,6 +196,7 @@ def running_in_ci() -> bool:
 # -- a reference-platform service in a container (deploy/platform) ----------------------------
 
 ENV_INTERNAL_TOKEN = "DRILLBOOK_INTERNAL_TOKEN"
+HEADER_INTERNAL_TOKEN = "X-Drillbook-Internal-Token"  # how the platform's services (and drillbook) show it
 ENV_TENANT_KEYS_FILE = "DRILLBOOK_TENANT_KEYS_FILE"
 ENV_INFERENCE_URL = "DRILLBOOK_INFERENCE_URL"
 ENV_GATEWAY_URL = "DRILLBOOK_GATEWAY_URL"

@@ -44,6 +44,8 @@ def env_name(name: str) -> str:
         shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}… ({len(name)} characters)"
         raise ValueError(f"{shown} is not an environment variable name (upper case, digits, '_')")
     return name
+
+
 ROLES = ("agent", "inference", "state_store", "aggressor")  # aggressor: floods inference as one tenant (noisy neighbour)
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 
-from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN
+from drillbook.config import HEADER_INTERNAL_TOKEN
 
 TENANT = "tenant"
 
@@ -45,4 +46,10 @@ class WithoutTenants:
             yield summed
 
 
-__all__ = ["WithoutTenants", "internal"]
+def metrics_body(registry: Any, headers: Any, token: str) -> bytes:
+    """A service's /metrics in Prometheus text: per tenant for the platform's own services, summed
+    over tenants for anyone else (the gateway and the model server alike)."""
+    return generate_latest(registry if internal(headers, token) else WithoutTenants(registry))
+
+
+__all__ = ["WithoutTenants", "internal", "metrics_body"]

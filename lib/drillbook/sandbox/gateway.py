@@ -22,11 +22,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drillbook.config import Defect
-from drillbook.sandbox.exposition import WithoutTenants, internal
+from drillbook.sandbox.exposition import metrics_body
 from drillbook.sandbox.service import HEADER_IDEMPOTENCY, HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
 
 log = logging.getLogger("drillbook.gateway")
@@ -232,9 +232,8 @@ class Gateway:
     async def metrics_text(self, request: web.Request) -> web.Response:
         """Per tenant for the platform's own services; summed over tenants for anyone else (the
         gateway is what clients reach: no tenant learns another's name or volume here)."""
-        shown = self.registry if internal(request.headers, self.ctx.runtime.internal_token) else \
-            WithoutTenants(self.registry)
-        return web.Response(body=generate_latest(shown), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=metrics_body(self.registry, request.headers, self.ctx.runtime.internal_token),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     # -- activator ---------------------------------------------------------------------------
     async def _activate(self, tier: Tier) -> None:

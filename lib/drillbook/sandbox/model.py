@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from drillbook.config import Defect
-from drillbook.sandbox.exposition import WithoutTenants, internal
+from drillbook.sandbox.exposition import metrics_body
 from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN, ServiceContext, run_service
 
 WORDS = ("agent", "plan", "tool", "state", "token", "reply", "model", "step", "check", "done",
@@ -176,9 +176,8 @@ class ModelServer:
         are the tenants' business."""
         for tenant in list(self.scheduler.queues):
             self.metrics.queue_depth.labels(tenant).set(self.scheduler.queue_depth(tenant))
-        shown = self.metrics.registry if internal(request.headers, self.internal_token) else \
-            WithoutTenants(self.metrics.registry)
-        return web.Response(body=generate_latest(shown), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=metrics_body(self.metrics.registry, request.headers, self.internal_token),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get(HEADER_INTERNAL_TOKEN) != self.internal_token:

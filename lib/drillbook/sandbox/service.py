@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from drillbook.config import service_environment
+from drillbook.config import HEADER_INTERNAL_TOKEN, service_environment  # noqa: F401 - re-exported to the services
 from drillbook.errors import ConfigError
 from drillbook.sandbox.runtime import Runtime
 
@@ -28,7 +28,6 @@ AppFactory = Callable[["ServiceContext"], Awaitable[web.Application]]
 
 LOOPBACK = "127.0.0.1"
 HEADER_TENANT = "X-Drillbook-Tenant"
-HEADER_INTERNAL_TOKEN = "X-Drillbook-Internal-Token"
 CONTAINER_ADDRESS = "0.0.0.0"  # noqa: S104 - a container's own network namespace: its pod address
 OUTSIDE_SERVICES = {"aggressor"}  # a tenant's own load, as a client: no part in the platform's internal calls
 HEADER_IDEMPOTENCY = "Idempotency-Key"  # a request carrying one may be retried, and is applied once

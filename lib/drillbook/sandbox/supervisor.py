@@ -446,7 +446,7 @@ class Supervisor:
             for lease in self.leases.expired(time.time()):
                 try:
                     undone = await self._undo(lease.undo, f"the fault lease of run {lease.run} expired")
-                except (ControlError, BackupError, StoreUnavailable) as error:
+                except Exception as error:  # noqa: BLE001 - one failed undo must not stop the watchdog for the rest
                     self.events.emit("fault_lease_undo_failed", run=lease.run, fault=lease.fault, what=lease.what,
                                      error=str(error))
                     continue

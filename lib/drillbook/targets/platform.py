@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from drillbook.sandbox.service import HEADER_INTERNAL_TOKEN
+from drillbook.config import HEADER_INTERNAL_TOKEN
 
 MODEL_METRICS = {"drillbook_model_gpu_seconds_total": "gpu_seconds",
                  "drillbook_model_queue_wait_seconds_sum": "queue_wait_sum",

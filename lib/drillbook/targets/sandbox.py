@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ class LeaseHeartbeat:
 
     def _beat(self) -> None:
         while True:
-            threading.Event().wait(self.seconds / 3)
+            time.sleep(self.seconds / 3)
             with self.lock:
                 runs = sorted(set(self.held.values()))
                 if not runs:
