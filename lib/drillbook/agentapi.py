@@ -28,6 +28,7 @@ from jmespath.exceptions import JMESPathError
 from pydantic import Field, field_validator, model_validator
 
 from drillbook.config import StrictModel
+from drillbook.streamapi import StreamApi
 
 PLACEHOLDERS = ("input", "session", "idempotency_key", "max_tokens")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -118,6 +119,8 @@ class AgentApi(StrictModel):
     stream_query: str | None = Field("stream=true", description="query that streams tokens; none: not streamed")
     body_format: Literal["json", "form"] = Field("json", description="how request bodies are sent: a JSON "
                                                                      "document, or form fields")
+    streams: StreamApi = Field(default_factory=StreamApi, description="how a turn streams and is resumed "
+                                                                      "(drillbook.streamapi)")
 
     @field_validator("session_id_field", "ack_seq_field", "ack_digest_field", "reply_field")
     @classmethod

@@ -42,6 +42,9 @@ class Defect(str, enum.Enum):
     SLOW_RESTART = "slow-restart"  # a killed replica comes back only after SLOW_RESTART_S
     STALE_STATUS = "stale-status"  # the status answers what it saw up to STALE_STATUS_S ago
     NOOP_FLOOD = "noop-flood"  # the aggressor starts and reports ready; it sends nothing
+    # Streams that do not outlive their client.
+    NO_STREAM_RESUME = "no-stream-resume"  # a reconnect starts the turn again: tokens repeated, the turn stored twice
+    TURN_DIES_WITH_CLIENT = "turn-dies-with-client"  # a dropped connection cancels the turn it was streaming
 
 
 SLOW_MODEL_LOAD_S = 8.0

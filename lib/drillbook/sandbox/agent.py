@@ -20,6 +20,7 @@ from aiohttp import web
 from drillbook.errors import StoreUnavailable
 from drillbook.sandbox.service import HEADER_IDEMPOTENCY, HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
 from drillbook.sandbox.store import StateStore, Turn
+from drillbook.sandbox.streaming import TurnStreams
 
 T = TypeVar("T")
 
@@ -46,6 +47,7 @@ class AgentService:
         # After persisting a turn the agent indexes it before answering; a replica killed in
         # this window has applied the turn but never acknowledged it, so the client retries.
         self.post_commit_delay = ctx.runtime.config.post_commit_delay_s
+        self.streams = TurnStreams(self)
 
     async def _after_commit(self) -> None:
         if self.post_commit_delay > 0:
@@ -83,9 +85,6 @@ class AgentService:
         except StoreUnavailable as error:
             return web.json_response({"ready": False, "reason": str(error)}, status=503)
         return web.json_response({"ready": True})
-
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"alive": True})
 
     # -- sessions ----------------------------------------------------------------------------
     def _tenant(self, request: web.Request) -> str:
@@ -206,12 +205,16 @@ async def create_app(ctx: ServiceContext) -> web.Application:
     service = AgentService(ctx)
     app = web.Application(middlewares=[store_errors])
     app.on_startup.append(service.start)
+    app.on_startup.append(service.streams.start)
+    app.on_shutdown.append(service.streams.stop)
     app.on_cleanup.append(service.stop)
     app.router.add_get("/ready", service.ready)
-    app.router.add_get("/healthz", service.healthz)
+    app.router.add_get("/healthz", service.streams.healthz)
     app.router.add_post("/v1/sessions", service.create_session)
     app.router.add_get("/v1/sessions/{session_id}", service.read_session)
     app.router.add_post("/v1/sessions/{session_id}/turns", service.run_turn)
+    app.router.add_post("/v1/sessions/{session_id}/streams", service.streams.start_turn)
+    app.router.add_get("/v1/sessions/{session_id}/streams/{turn_key}", service.streams.resume_turn)
     return app
 
 

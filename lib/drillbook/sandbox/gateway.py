@@ -39,6 +39,7 @@ MAX_ATTEMPTS = 6
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SLOWEST_KEPT = 10
 SLOWEST_WINDOW_S = 300.0
+STREAMED = ("application/x-ndjson", "text/event-stream")  # relayed as they arrive, never buffered
 
 
 class NoReadyReplica(Exception):
@@ -322,7 +323,7 @@ class Gateway:
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
-        if upstream.headers.get("Content-Type", "").startswith("application/x-ndjson"):
+        if upstream.headers.get("Content-Type", "").startswith(STREAMED):
             response = web.StreamResponse(status=upstream.status, headers=headers)
             async for chunk in upstream.content.iter_any():
                 if not response.prepared:

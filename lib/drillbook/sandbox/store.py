@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from drillbook.digest import file_sha256
 from drillbook.errors import BackupError, StoreUnavailable, StoreUnreachable
 from drillbook.sandbox.chain import GENESIS_HASH, turn_hash
+from drillbook.sandbox.stream_store import StreamOperations, stream_schema_sql
 
 T = TypeVar("T")
 
@@ -201,14 +202,15 @@ def schema_sql(prefix: str) -> list[str]:
             hash TEXT NOT NULL,
             created_at TEXT NOT NULL,
             PRIMARY KEY (session_id, seq))""",
+        *stream_schema_sql(prefix),
     ]
 
 
 TURN_COLUMNS = "session_id, seq, idempotency_key, input, output, prev_hash, hash, created_at"
 
 
-class SqlStore(StateStore):
-    """The session and turn operations, written once for both SQL engines.
+class SqlStore(StreamOperations, StateStore):
+    """The session, turn and turn-stream operations, written once for both SQL engines.
 
     Statements use ``?`` placeholders and ``{t}`` before table names; an engine says how to
     spell both, how to open a connection, and how to open an append transaction that serialises
@@ -286,18 +288,22 @@ class SqlStore(StateStore):
 
     def _append_turn(self, conn: Any, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
         with self._append_transaction(conn, session_id):
-            if self.idempotency and key is not None:
-                existing = self._find_turn(conn, session_id, key)
-                if existing is not None:
-                    return existing, True
-            last = self._query(conn, "SELECT seq, hash FROM {t}turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
-                               session_id)
-            seq, prev_hash = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS_HASH)
-            turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
-                        turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
-            conn.execute(self._sql(f"INSERT INTO {{t}}turns ({TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
-                         tuple(turn.to_json().values()))
-            return turn, False
+            return self._append_in(conn, session_id, key, text_in, text_out)
+
+    def _append_in(self, conn: Any, session_id: str, key: str | None, text_in: str, text_out: str) -> tuple[Turn, bool]:
+        """The append, inside a transaction the caller holds."""
+        if self.idempotency and key is not None:
+            existing = self._find_turn(conn, session_id, key)
+            if existing is not None:
+                return existing, True
+        last = self._query(conn, "SELECT seq, hash FROM {t}turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                           session_id)
+        seq, prev_hash = (last[0][0] + 1, last[0][1]) if last else (1, GENESIS_HASH)
+        turn = Turn(session_id, seq, key, text_in, text_out, prev_hash,
+                    turn_hash(prev_hash, session_id, seq, key, text_in, text_out), utc_now_iso())
+        conn.execute(self._sql(f"INSERT INTO {{t}}turns ({TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                     tuple(turn.to_json().values()))
+        return turn, False
 
     def counts(self) -> tuple[int, int]:
         def count(conn: Any) -> tuple[int, int]:
