@@ -54,13 +54,15 @@ PROFILE_SETTINGS = {
     "victim-users": "DRILLBOOK_VICTIM_USERS", "aggressor-users": "DRILLBOOK_AGGRESSOR_USERS",
     "aggressor-tokens": "DRILLBOOK_AGGRESSOR_TOKENS", "baseline": "DRILLBOOK_BASELINE_S",
     "burst": "DRILLBOOK_BURST_S", "recovery": "DRILLBOOK_RECOVERY_S",
+    "drop-rate": "DRILLBOOK_DROP_RATE", "handoff-rate": "DRILLBOOK_HANDOFF_RATE",
 }
 PHASE_SETTINGS = ("baseline", "burst", "recovery")
 # What each setting must be for a run to mean something: seconds (zero or more), a count (one or
 # more), or a tenant name.
 SETTING_KINDS = {"think-time": "seconds", "baseline": "seconds", "burst": "seconds", "recovery": "seconds",
                  "max-tokens": "count", "victim-users": "count", "aggressor-users": "count",
-                 "aggressor-tokens": "count", "victim-tenant": "tenant", "aggressor-tenant": "tenant"}
+                 "aggressor-tokens": "count", "victim-tenant": "tenant", "aggressor-tenant": "tenant",
+                 "drop-rate": "fraction", "handoff-rate": "fraction"}
 
 
 def check_setting(name: str, value: str) -> None:
@@ -71,12 +73,14 @@ def check_setting(name: str, value: str) -> None:
             raise ConfigError(f"invalid --set {name}: a tenant name is needed")
         return
     try:
-        number = float(value) if kind == "seconds" else int(value)
+        number = float(value) if kind in ("seconds", "fraction") else int(value)
     except ValueError:
-        wanted = "a number of seconds" if kind == "seconds" else "a whole number"
+        wanted = {"seconds": "a number of seconds", "fraction": "a fraction"}.get(kind, "a whole number")
         raise ConfigError(f"invalid --set {name}={value}: not {wanted}") from None
     if kind == "seconds" and not (0 <= number <= 86_400):
         raise ConfigError(f"invalid --set {name}={value}: seconds must be from 0 to 86400")
+    if kind == "fraction" and not (0 <= number <= 1):
+        raise ConfigError(f"invalid --set {name}={value}: a fraction must be from 0 to 1")
     if kind == "count" and number < 1:
         raise ConfigError(f"invalid --set {name}={value}: must be at least 1")
 

@@ -8,6 +8,8 @@ into the folder given by ``--drillbook-out``:
   which the delivery audit later checks against what the workload stored;
 - ``requests-<pid>.csv``: one line per request (start epoch, name, milliseconds as a float,
   ok, error), from which exact per-second and per-phase percentiles are computed;
+- ``streams-<pid>.jsonl`` (streaming users): every streamed turn as its client received it,
+  each event with its id and arrival time (drillbook.streamclient.TurnRecord);
 - ``phases.jsonl`` (from a load shape): when each phase began.
 
 Under Locust's master/worker mode only the master writes files: each worker sends its receipts
@@ -26,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import re
 import time
 import uuid
@@ -58,6 +61,10 @@ def _options(parser: Any) -> None:
                        help="seconds between an agent session's turns")
     group.add_argument("--max-tokens", env_var="DRILLBOOK_MAX_TOKENS", type=int, default=0,
                        help="tokens per turn; 0 leaves it to the workload")
+    group.add_argument("--drop-rate", env_var="DRILLBOOK_DROP_RATE", type=float, default=0.0,
+                       help="share of streamed turns whose client drops the connection at a random token")
+    group.add_argument("--handoff-rate", env_var="DRILLBOOK_HANDOFF_RATE", type=float, default=0.0,
+                       help="share of dropped turns left for another process to resume")
     group.add_argument("--victim-tenant", env_var="DRILLBOOK_VICTIM_TENANT", default="")
     group.add_argument("--aggressor-tenant", env_var="DRILLBOOK_AGGRESSOR_TENANT", default="")
     group.add_argument("--victim-users", env_var="DRILLBOOK_VICTIM_USERS", type=int, default=4)
@@ -68,7 +75,8 @@ def _options(parser: Any) -> None:
     group.add_argument("--recovery-s", env_var="DRILLBOOK_RECOVERY_S", type=float, default=10.0)
 
 
-RECORDS_MESSAGE = "drillbook_records"  # worker to master: receipts and request-log lines
+RECORDS_MESSAGE = "drillbook_records"  # worker to master: receipts, request-log lines and streamed turns
+RECORD_FILES = {"receipts": "jsonl", "requests": "csv", "streams": "jsonl"}  # what each process writes, by kind
 
 
 class Recorder:
@@ -77,9 +85,10 @@ class Recorder:
     def __init__(self) -> None:
         self.receipts: TextIO | None = None
         self.requests: TextIO | None = None
+        self.streams: TextIO | None = None
         self.out: Path | None = None
         self.master: WorkerRunner | None = None  # set on a worker: lines go there, not to files
-        self.pending: dict[str, list[str]] = {"receipts": [], "requests": []}
+        self.pending: dict[str, list[str]] = {kind: [] for kind in RECORD_FILES}
         self.gathered: dict[str, dict[str, TextIO]] = {}  # on a master: each worker's files
 
     def open(self, out: str) -> None:
@@ -90,6 +99,7 @@ class Recorder:
         pid = os.getpid()
         self.receipts = open(self.out / f"receipts-{pid}.jsonl", "a", encoding="utf-8")
         self.requests = open(self.out / f"requests-{pid}.csv", "a", encoding="utf-8")
+        self.streams = open(self.out / f"streams-{pid}.jsonl", "a", encoding="utf-8")
 
     def forward_to(self, runner: WorkerRunner) -> None:
         self.master = runner
@@ -103,6 +113,10 @@ class Recorder:
     def receipt(self, record: dict[str, Any]) -> None:
         self._line("receipts", json.dumps(record) + "\n", self.receipts)
 
+    def stream(self, record: dict[str, Any]) -> None:
+        """A streamed turn as its client saw it (drillbook.streamclient.TurnRecord)."""
+        self._line("streams", json.dumps(record) + "\n", self.streams)
+
     def request(self, start: float, name: str, millis: float, ok: bool, error: str) -> None:
         self._line("requests", f"{start:.6f},{name},{millis:.3f},{int(ok)},{error}\n", self.requests)
 
@@ -112,11 +126,11 @@ class Recorder:
 
     def flush(self) -> None:
         if self.master is not None:
-            batch, self.pending = self.pending, {"receipts": [], "requests": []}
-            if batch["receipts"] or batch["requests"]:
+            batch, self.pending = self.pending, {kind: [] for kind in RECORD_FILES}
+            if any(batch.values()):
                 self.master.send_message(RECORDS_MESSAGE, {kind: "".join(lines) for kind, lines in batch.items()})
             return
-        for handle in (self.receipts, self.requests):
+        for handle in (self.receipts, self.requests, self.streams):
             if handle is not None:
                 handle.flush()
 
@@ -127,8 +141,8 @@ class Recorder:
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", worker)[-80:]
         files = self.gathered.get(name)
         if files is None:
-            files = {"receipts": open(self.out / f"receipts-worker-{name}.jsonl", "a", encoding="utf-8"),
-                     "requests": open(self.out / f"requests-worker-{name}.csv", "a", encoding="utf-8")}
+            files = {kind: open(self.out / f"{kind}-worker-{name}.{suffix}", "a", encoding="utf-8")
+                     for kind, suffix in RECORD_FILES.items()}
             self.gathered[name] = files
         for kind, handle in files.items():
             if batch.get(kind):
@@ -263,6 +277,51 @@ class AgentClientUser(FastHttpUser):
                 if response.status_code not in RETRYABLE_STATUS:
                     return
             gevent.sleep(min(2.0, 0.05 * 2 ** attempt))
+
+
+    def stream_turn(self, max_tokens: int, drop_rate: float, handoff_rate: float, deadline_s: float = 30.0) -> None:
+        """One streamed turn (api.streams): dropped at a random token with drop_rate, then resumed by
+        a new client object that knows only the session and the last event id, or (handoff_rate of
+        the drops) left for another process to resume. Every connection is recorded (streams file)
+        and reported to Locust: "stream turn" until its ending, "resume" until the next event."""
+        from drillbook.streamclient import TurnRecord, follow_turn
+
+        if self.session_id is None:
+            self.on_start()
+            if self.session_id is None:
+                return
+        self.turn_index += 1
+        key = uuid.uuid4().hex
+        text = f"turn {self.turn_index} of {self.session_id}"
+        streams = self.api.streams
+        record = TurnRecord(self.session_id, self.tenant, key, text, time.time())
+        dropped = random.random() < drop_rate and max_tokens > 1
+        drops = [random.randint(1, max_tokens - 1)] if dropped else []
+        handed_off = dropped and random.random() < handoff_rate
+        body = json.dumps(self.api.turn_body_for(text, self.session_id, key, max_tokens)).encode()
+        try:
+            follow_turn(self.host, streams, self.auth, record, body, drops, deadline_s, self.api.idempotency_headers(key),
+                        max_connections=1 if handed_off else None)  # handed off: the rest is another process's
+        finally:  # a turn cut short by the load's end is recorded too: another process resumes it
+            recorder.stream({**record.to_json(), "handed_off": handed_off or record.ending() is None})
+            self._report_stream(record)
+
+    def _report_stream(self, record: Any) -> None:
+        from drillbook.streamclient import ACK
+
+        fire = self.environment.events.request.fire
+        for index, connection in enumerate(record.connections):
+            name = "stream turn" if index == 0 else "resume"
+            until = connection.first_event_at if index else connection.closed_at
+            failed = not connection.events and connection.how in ("refused", "broken")
+            fire(request_type="SSE", name=name, start_time=connection.opened_at,
+                 response_time=((until or connection.closed_at) - connection.opened_at) * 1000, response_length=0,
+                 exception=RuntimeError(connection.detail or connection.how) if failed else None, context={})
+        ending = record.ending()
+        if ending is not None and ending.kind == ACK:
+            ack = self.api.acknowledgement(ending.detail)
+            acknowledged(record.session_id, self.tenant, ack.seq, ack.digest, record.turn_key, len(record.connections),
+                         sent=record.sent)
 
 
 _started_at: list[float] = []

@@ -38,9 +38,11 @@ class StreamApi(StrictModel):
     failed: str | None = Field("failed", description="JMESPath in an event's data: the platform's reason a turn "
                                                      "failed; null: it never says")
     stored_reply: str = Field("output", description="JMESPath in a stored turn of the read-back: the reply")
+    stored_input: str | None = Field("input", description="JMESPath in a stored turn: the input drillbook sent "
+                                                          "(finds a turn stored again under another key)")
     separator: str = Field(" ", description="what joins tokens in the stored reply")
 
-    @field_validator("token", "ack", "failed", "stored_reply")
+    @field_validator("token", "ack", "failed", "stored_reply", "stored_input")
     @classmethod
     def _expression(cls, expression: str | None) -> str | None:
         from drillbook.agentapi import check_expression

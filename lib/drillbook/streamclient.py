@@ -84,7 +84,8 @@ class TurnRecord:
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> "TurnRecord":
         connections = [Connection(**{**c, "events": [Received(**e) for e in c["events"]]}) for c in record["connections"]]
-        return cls(**{**record, "connections": connections})
+        return cls(record["session_id"], record["tenant"], record["turn_key"], record["sent"], record["started_at"],
+                   connections)
 
 
 def classify(api: StreamApi, data: Any) -> tuple[str, str | None, Any]:
@@ -164,14 +165,17 @@ def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], 
 def follow_turn(base_url: str, api: StreamApi, auth: dict[str, str], record: TurnRecord, body: bytes,
                 drops: list[int], deadline_s: float, idempotency: dict[str, str],
                 pause_s: Callable[[int], float] = lambda attempt: min(0.5, 0.02 * 2 ** attempt),
-                sleep: Callable[[float], None] = time.sleep, by: str = NEW_CLIENT) -> TurnRecord:
+                sleep: Callable[[float], None] = time.sleep, by: str = NEW_CLIENT,
+                max_connections: int | None = None) -> TurnRecord:
     """Start the turn (record.connections empty) or go on with it, resuming after the last event
     seen until it ends or deadline_s passes. drops: after how many tokens each successive
     connection is dropped on purpose (then the next resumes). A stack without resume gets one
-    connection."""
+    connection; max_connections stops sooner (the rest is left to another process)."""
     deadline = time.monotonic() + deadline_s
     attempt = 0
     while time.monotonic() < deadline and record.ending() is None:
+        if max_connections is not None and len(record.connections) >= max_connections:
+            break
         drop = drops[len(record.connections)] if len(record.connections) < len(drops) else None
         remaining = max(0.5, deadline - time.monotonic())
         if not any(connection.status == 200 for connection in record.connections):  # not started yet
