@@ -181,7 +181,8 @@ def judge_continuity(figures: ContinuityFigures, *, resumable: bool, drops_plann
         cannot = "the replica kill was not seen to land"
     elif kills_planned and not streams_broken_by_kill:
         cannot = "the replica kill broke no client's stream: no turn was streaming from the killed replica"
-    elif drops_planned and not figures.dropped:
+    elif drops_planned and not figures.dropped and figures.acknowledged == figures.turns:
+        # (turns that failed or never ended are a measured miss, whether or not a drop came first)
         cannot = "no client dropped a stream mid-turn: the turns ended before the drop offsets"
     no_resume = "" if resumable else "the workload cannot resume a stream (api.streams.resume is null): "
     failed_rate = figures.failed / figures.turns if figures.turns else None
