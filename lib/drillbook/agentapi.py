@@ -20,42 +20,17 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
-import jmespath
-from jmespath.exceptions import JMESPathError
 from pydantic import Field, field_validator, model_validator
 
 from drillbook.config import StrictModel
+from drillbook.jmes import check_expression, compiled, pick  # noqa: F401 - re-exported: where the API's answers are read
 from drillbook.streamapi import StreamApi
 
 PLACEHOLDERS = ("input", "session", "idempotency_key", "max_tokens")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MINTED_PREFIX = "drillbook-"  # sessions drillbook names itself where the API has no open call
-
-
-@lru_cache(maxsize=256)
-def compiled(expression: str) -> Any:
-    return jmespath.compile(expression)
-
-
-def check_expression(expression: str | None) -> str | None:
-    """A JMESPath expression that compiles (None stays None: not mapped)."""
-    if expression is None:
-        return None
-    try:
-        compiled(expression)
-    except JMESPathError as error:
-        raise ValueError(f"{expression!r} is not a JMESPath expression: {' '.join(str(error).split())}") from None
-    return expression
-
-
-def pick(expression: str | None, document: Any) -> Any:
-    """The value an expression selects in a JSON document; None when unmapped or absent."""
-    if expression is None or document is None:
-        return None
-    return compiled(expression).search(document)
 
 
 def placeholders_in(template: Any) -> set[str]:

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from drillbook.config import StrictModel
+from drillbook.jmes import check_expression
 
 TURN_PLACEHOLDER = "{turn}"
 
@@ -45,8 +46,6 @@ class StreamApi(StrictModel):
     @field_validator("token", "ack", "failed", "stored_reply", "stored_input")
     @classmethod
     def _expression(cls, expression: str | None) -> str | None:
-        from drillbook.agentapi import check_expression
-
         return check_expression(expression)
 
     @model_validator(mode="after")

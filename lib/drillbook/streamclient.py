@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from drillbook.agentapi import pick
+from drillbook.jmes import pick
 from drillbook.streamapi import StreamApi
 
 TOKEN, ACK, FAILURE, OTHER = "token", "ack", "failed", "other"

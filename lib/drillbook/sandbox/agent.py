@@ -19,7 +19,7 @@ from aiohttp import web
 
 from drillbook.errors import StoreUnavailable
 from drillbook.sandbox.service import HEADER_IDEMPOTENCY, HEADER_INTERNAL_TOKEN, HEADER_TENANT, ServiceContext, run_service
-from drillbook.sandbox.store import StateStore, Turn
+from drillbook.sandbox.store import StateStore, ack
 from drillbook.sandbox.streaming import TurnStreams
 
 T = TypeVar("T")
@@ -29,11 +29,6 @@ INFERENCE_PATH = "/internal/v1/generate"
 
 class InferenceUnavailable(Exception):
     """The model tier did not answer (the gateway gave up holding the request)."""
-
-
-def ack(turn: Turn, replayed: bool) -> dict[str, Any]:
-    return {"session_id": turn.session_id, "seq": turn.seq, "hash": turn.hash, "output": turn.output,
-            "idempotency_key": turn.idempotency_key, "replayed": replayed}
 
 
 class AgentService:

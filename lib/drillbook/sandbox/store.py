@@ -59,6 +59,12 @@ class Turn:
         return asdict(self)
 
 
+def ack(turn: Turn, replayed: bool) -> dict[str, Any]:
+    """The acknowledgement of a stored turn, as the agent API answers it."""
+    return {"session_id": turn.session_id, "seq": turn.seq, "hash": turn.hash, "output": turn.output,
+            "idempotency_key": turn.idempotency_key, "replayed": replayed}
+
+
 @dataclass(frozen=True)
 class BackupInfo:
     """A finished backup: where it is, when it was taken, what it holds, and its digest."""

@@ -35,6 +35,7 @@ from aiohttp import web
 from drillbook.config import Defect
 from drillbook.errors import StoreUnavailable
 from drillbook.sandbox.service import HEADER_IDEMPOTENCY
+from drillbook.sandbox.store import ack
 from drillbook.sandbox.stream_store import ENDINGS, RUNNING, StreamEvent, TurnStream
 
 if TYPE_CHECKING:
@@ -170,8 +171,6 @@ class TurnStreams:
     async def _stream_turn(self, tenant: str, session_id: str, key: str, text_in: str, max_tokens: Any, owner: str,
                            append_key: str | None) -> None:
         """Generate the turn's tokens into the store, then store the turn with its ack, or fail it."""
-        from drillbook.sandbox.agent import ack
-
         service, store, ident = self.service, self.service.store, (session_id, key)
         assert service.http is not None
         pending: list[str] = []

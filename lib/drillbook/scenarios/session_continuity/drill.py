@@ -108,7 +108,7 @@ def _read_back(run: Run, gateway: str, keys: dict[str, str], records: list[TurnR
     not, when a session could not be read."""
     import httpx
 
-    from drillbook.agentapi import pick
+    from drillbook.jmes import pick
 
     api, delivery = run.profile.spec.api, run.profile.spec.delivery
     streams = api.streams
