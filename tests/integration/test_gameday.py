@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 def test_the_default_plan_is_valid():
     plan = load_plan(plan_path(None))
-    assert [r.runbook for r in plan.runbooks] == ["ha-replica-loss", "noisy-neighbour", "cold-start", "restore-drill"]
+    assert [r.runbook for r in plan.runbooks] == ["ha-replica-loss", "noisy-neighbour", "cold-start", "restore-drill",
+                                                  "session-continuity"]
 
 
 @pytest.mark.parametrize(("runbooks", "message"), [

@@ -178,13 +178,19 @@ def test_the_reference_platform_from_deploy_runs_in_containers_passes_its_drills
     found = part(deployed_node, "reference_platform")
     assert found["target_check"] == 0, found["target_check_out"]
     runs = game_day_runs(Path(game_day["evidence"]))
-    for runbook in ("ha-replica-loss", "cold-start", "restore-drill", "noisy-neighbour"):
+    for runbook in ("ha-replica-loss", "cold-start", "restore-drill", "noisy-neighbour", "session-continuity"):
         assert runs[runbook]["verdict"] == "PASS", (runbook, runs[runbook]["reason"], game_day["log_tail"])
     ha = runs["ha-replica-loss"]["values"]
     # the killed replica was a real pod; after the game day it is gone and the ReplicaSet runs as many as before
     killed = set(ha["killed_replicas"])
     assert killed and killed <= set(game_day["agents_before"]) and ha["lost_turns"] == 0
     assert not killed & set(game_day["agents_after"]) and len(game_day["agents_after"]) == len(game_day["agents_before"])
+    # The pod streaming turns was deleted mid-turn: the clients saw their streams break, resumed on
+    # another pod, and not a token was lost or repeated.
+    streams = runs["session-continuity"]["values"]
+    assert streams["killed_replicas"] and not set(streams["killed_replicas"]) & set(game_day["agents_after"])
+    assert streams["streams_broken_by_kill"] >= 1
+    assert streams["tokens_checked"] > 0 and streams["tokens_lost"] == streams["tokens_duplicated"] == 0
     cold = runs["cold-start"]
     assert cold["values"]["first_turns_acknowledged"] == int(cold["parameters"]["trials"]) > 0
     assert runs["restore-drill"]["values"]["integrity"] == 1.0
@@ -206,7 +212,7 @@ def test_the_scheduled_game_day_runs_drillbook_from_its_image_and_its_evidence_v
     assert found["succeeded"] == 1 and found["exit_code"] == 0, found["log_tail"]  # the game day's verdict: all PASS
     evidence = Path(found["evidence"])
     bundles = sorted(p for p in evidence.iterdir() if p.is_dir())
-    assert len(bundles) >= 5  # four runbooks and the game day's summary
+    assert len(bundles) >= 6  # five runbooks and the game day's summary
     # Signed in the pod with the key the CronJob mounts from its Secret; checked here against the
     # public half, which never went into the cluster.
     public_key = folder / "signing-key.pem.pub"

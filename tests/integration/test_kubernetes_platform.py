@@ -186,6 +186,16 @@ def test_restore_drill_on_kubernetes_runs_the_profiles_store_commands_on_postgre
     assert len(list((game_day.folder / f"{game_day.platform.namespace}-backups").glob("*.dump"))) == 1
 
 
+def test_session_continuity_on_kubernetes_resumes_streams_past_a_deleted_pod_on_postgresql(k8s_cluster, game_day):
+    found = values(game_day.run("session-continuity"))
+    # The agent pod was deleted mid-turn: streams broke, were resumed on the other pod, and the
+    # turns it was streaming ended failed; not a token lost or repeated, none orphaned.
+    assert found["killed_replicas"] and found["streams_broken_by_kill"] >= 1
+    assert found["tokens_checked"] > 0 and found["tokens_lost"] == found["tokens_duplicated"] == 0
+    assert found["orphaned_turns"] == 0 and found["failed_turns"] == found["failed_turns_at_kill"]
+    assert ready(k8s_cluster, game_day.platform, "agent") == 2
+
+
 @pytest.mark.parametrize("lie, verdict, reason", [
     ("noop-destroy", "ERROR", "fault did not take effect"),
     ("noop-restore", "FAIL", "the store did not serve again within restore_timeout_s")])
@@ -205,6 +215,6 @@ def test_the_kubernetes_game_day_plan_on_the_test_cluster(game_day):
 
     assert [(runbook, verdict) for runbook, verdict, _ in game_day.result.runs] == [
         ("ha-replica-loss", "PASS"), ("noisy-neighbour", "PASS"), ("cold-start", "PASS"),
-        ("restore-drill", "PASS")], game_day.result.runs
+        ("restore-drill", "PASS"), ("session-continuity", "PASS")], game_day.result.runs
     assert all("_test-cluster_" in bundle.name for _, _, bundle in game_day.result.runs)
     assert verify_path(game_day.folder / "results").ok

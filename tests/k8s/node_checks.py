@@ -259,7 +259,7 @@ def _drill(node: Node, profile: Path, runbook: str, parameters: dict[str, str]) 
 
 
 def reference_platform(node: Node) -> dict[str, Any]:
-    """deploy/platform in real containers, after the scheduled game day ran its four runbooks on it
+    """deploy/platform in real containers, after the scheduled game day ran its five runbooks on it
     from a pod: `drillbook target check` with a kubernetes profile, as the runner on the node would
     run it; then noisy-neighbour from the node after a defect is rolled out to the model server.
     (The passing drills are the game day's: running them again from the node took about 90 s of

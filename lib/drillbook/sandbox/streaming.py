@@ -289,10 +289,11 @@ class TurnStreams:
             return False
         assert self.service.http is not None
         try:
-            async with self.service.http.get(f"{address}/healthz", timeout=aiohttp.ClientTimeout(total=1.0)) as answer:
+            async with self.service.http.get(f"{address}/healthz",
+                                             timeout=aiohttp.ClientTimeout(total=2.0, sock_connect=1.0)) as answer:
                 return answer.status != 200 or (await answer.json()).get("boot") != boot
-        except aiohttp.ClientConnectorError:
-            return True
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            return True  # nothing accepts connections there (a deleted pod's address may not even answer)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return False  # slow or odd, not gone: the heartbeat decides
 
