@@ -142,3 +142,36 @@ def test_restore_over_a_live_store_replaces_its_content(make_store, tmp_path: Pa
     store.append_turn(sid, "k2", "c", "d")
     store.restore(Path(backup.path))
     assert [t.idempotency_key for t in store.turns(sid)] == ["k1"]
+
+
+def test_a_streamed_turn_is_written_by_its_owner_only_and_ends_once(make_store):
+    from drillbook.sandbox.store import ack
+    from drillbook.sandbox.stream_store import ACK, DONE, FAILED, FAILURE, TOKEN
+
+    store = make_store()
+    session = store.create_session("tenant-a")
+    stream, opened = store.open_stream(session.id, "k1", "hello", "http://a#1", 100.0)
+    assert opened and stream.state == "running" and stream.last_id == 0
+    again, opened_again = store.open_stream(session.id, "k1", "hello", "http://b#2", 101.0)
+    assert not opened_again and again.owner == "http://a#1"  # a retried start joins the turn, takes nothing
+    assert store.extend_stream(session.id, "k1", "http://a#1", ["x", "y"], 100.5)
+    assert not store.extend_stream(session.id, "k1", "http://b#2", ["z"], 100.6)  # not its turn
+    assert [(e.id, e.kind) for e in store.stream_events(session.id, "k1", 0)] == [(1, TOKEN), (2, TOKEN)]
+    assert [e.id for e in store.stream_events(session.id, "k1", 1)] == [2]
+    turn = store.finish_stream(session.id, "k1", "http://a#1", "k1", "x y", ack)
+    assert turn.output == "x y" and store.stream(session.id, "k1").state == DONE
+    (ending,) = store.stream_events(session.id, "k1", 2)
+    assert ending.kind == ACK and '"seq": 1' in ending.data
+    assert not store.fail_stream(session.id, "k1", "too late", lost_owner="http://a#1")  # ended: stays acknowledged
+
+    # A turn found lost is failed once, and its replica can then neither add to it nor store it.
+    store.open_stream(session.id, "k2", "again", "http://a#1", 100.0)
+    assert store.extend_stream(session.id, "k2", "http://a#1", ["p"], 100.1)
+    assert not store.fail_stream(session.id, "k2", "lost", lost_owner="http://other#9")  # the row names another
+    assert store.fail_stream(session.id, "k2", "lost", lost_owner="http://a#1")
+    assert not store.fail_stream(session.id, "k2", "lost", lost_owner="http://a#1")
+    assert not store.extend_stream(session.id, "k2", "http://a#1", ["q"], 100.2)
+    assert store.finish_stream(session.id, "k2", "http://a#1", "k2", "p q", ack) is None
+    assert [(e.id, e.kind) for e in store.stream_events(session.id, "k2", 0)] == [(1, TOKEN), (2, FAILURE)]
+    assert store.stream(session.id, "k2").state == FAILED and [t.idempotency_key for t in store.turns(session.id)] == ["k1"]
+    assert [s.turn_key for s in store.running_streams()] == []
