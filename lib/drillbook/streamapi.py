@@ -4,7 +4,8 @@ The defaults are the reference platform's (drillbook.sandbox.streaming). A turn 
 Server-Sent Events from ``start`` (POST, the turn's body, the idempotency key in its header: the
 turn's id); each event's ``id`` is what a client resumes after, and its data (JSON) carries a
 token, the acknowledgement or the failure where ``token``, ``ack`` and ``failed`` (JMESPath)
-select something. ``resume`` (GET) continues a turn after an event id, sent as the
+select something (``turn_id``, where the workload names the turn itself, e.g. a run id in its
+first event: what a resume asks for; else the idempotency key). ``resume`` (GET) continues a turn after an event id, sent as the
 ``Last-Event-ID`` header (resume_by: header) or as a query parameter (resume_by: cursor). A stack
 whose streams cannot be resumed sets ``resume: null``: the session-continuity drill then reports
 that it cannot resume, as a FAIL with that reason. ``stored_reply`` is where a stored turn (in
@@ -34,6 +35,8 @@ class StreamApi(StrictModel):
     resume_by: Literal["header", "cursor"] = Field("header", description="header: Last-Event-ID; cursor: the "
                                                                          "cursor query parameter")
     cursor: str = Field("after", description="the query parameter that carries the last event id (resume_by: cursor)")
+    turn_id: str | None = Field(None, description="JMESPath in an event's data: the id the workload resumes the "
+                                                  "turn by (a run id); null: the turn's idempotency key")
     token: str = Field("token", description="JMESPath in an event's data: a token of the reply")
     ack: str = Field("ack", description="JMESPath in an event's data: present on the acknowledgement")
     failed: str | None = Field("failed", description="JMESPath in an event's data: the platform's reason a turn "
@@ -43,7 +46,7 @@ class StreamApi(StrictModel):
                                                           "(finds a turn stored again under another key)")
     separator: str = Field(" ", description="what joins tokens in the stored reply")
 
-    @field_validator("token", "ack", "failed", "stored_reply", "stored_input")
+    @field_validator("turn_id", "token", "ack", "failed", "stored_reply", "stored_input")
     @classmethod
     def _expression(cls, expression: str | None) -> str | None:
         return check_expression(expression)
@@ -53,7 +56,8 @@ class StreamApi(StrictModel):
         if "{session}" not in self.start:
             raise ValueError("api.streams.start must contain {session}")
         if self.resume is not None and TURN_PLACEHOLDER not in self.resume:
-            raise ValueError("api.streams.resume must contain {turn} (the turn's idempotency key)")
+            raise ValueError("api.streams.resume must contain {turn} (the turn's id: its idempotency key, or "
+                             "what api.streams.turn_id selects)")
         return self
 
     def start_path(self, session_id: str) -> str:

@@ -32,7 +32,7 @@ class Received:
 
     id: str | None
     kind: str
-    token: str | None
+    text: str | None  # a token's text (not named "token": evidence masks values under secret-like names)
     at: float
     detail: Any = None  # the acknowledgement, or the platform's reason for a failure
 
@@ -67,6 +67,16 @@ class TurnRecord:
     started_at: float
     connections: list[Connection] = field(default_factory=list)
 
+    def resume_id(self, api: StreamApi) -> str:
+        """What a resume names the turn by: the workload's own id (api.streams.turn_id) once an
+        event carried it, else the idempotency key."""
+        if api.turn_id is not None:
+            for connection in self.connections:
+                for event in connection.events:
+                    if event.kind == OTHER and event.detail is not None:
+                        return str(event.detail)
+        return self.turn_key
+
     def last_id(self) -> str | None:
         ids = [event.id for connection in self.connections for event in connection.events if event.id is not None]
         return ids[-1] if ids else None
@@ -97,7 +107,7 @@ def classify(api: StreamApi, data: Any) -> tuple[str, str | None, Any]:
     token = pick(api.token, data)
     if token is not None:
         return TOKEN, str(token), None
-    return OTHER, None, None
+    return OTHER, None, pick(api.turn_id, data)  # the workload's own id for the turn, where it names one
 
 
 def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], body: bytes | None, api: StreamApi,
@@ -186,7 +196,7 @@ def follow_turn(base_url: str, api: StreamApi, auth: dict[str, str], record: Tur
             break
         else:
             after = record.last_id()
-            path, headers = api.resume_request(record.session_id, record.turn_key, after)
+            path, headers = api.resume_request(record.session_id, record.resume_id(api), after)
             connection = read_stream(base_url, "GET", path, {**auth, **headers}, None, api, after, drop, remaining,
                                      by=by)
         record.connections.append(connection)

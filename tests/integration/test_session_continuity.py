@@ -116,7 +116,7 @@ def test_a_turn_outlives_its_connection_and_a_killed_replica_fails_it_without_st
     assert [c.how for c in record.connections] == ["dropped", "dropped", "ended"]
     assert record.ending().kind == ACK and record.ending().id == "21"
     stored = httpx.get(f"{gateway}/v1/sessions/{session}", headers=auth).json()["turns"]
-    tokens = [e.token for c in record.connections for e in c.events if e.token is not None]
+    tokens = [e.text for c in record.connections for e in c.events if e.text is not None]
     assert [t["idempotency_key"] for t in stored] == [key] and stored[0]["output"].split() == tokens
     # A client that comes back after the turn ended gets what it missed, once.
     path, headers = api.streams.resume_request(session, key, "18")

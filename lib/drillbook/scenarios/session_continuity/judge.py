@@ -38,7 +38,7 @@ class TurnAudit:
     tokens_checked: int
     tokens_lost: int
     tokens_duplicated: int
-    repeated_event_ids: int
+    repeated_event_ids: int  # token events whose id came before: a repeat, or an id the workload reused
     dropped: bool
     live_at_kill: bool
     resume_latencies_s: tuple[float, ...]
@@ -95,14 +95,13 @@ def audit_turn(record: TurnRecord, stored_replies: Sequence[str], kills: Sequenc
         elif event.id is not None:
             seen.add(event.id)
     checked = lost = duplicated = 0
-    if outcome == ACKNOWLEDGED and len(stored_replies) == 1:
+    if outcome == ACKNOWLEDGED and stored_replies:  # (stored more than once: held to the first, and not once)
         stored = tokens_of(stored_replies[0], separator)
         checked = len(stored)
-        lost, duplicated = compare_tokens([event.token or "" for event in tokens], stored)
+        lost, duplicated = compare_tokens([event.text or "" for event in tokens], stored)
     end = ending.at if ending is not None else math.inf
     live = any(record.started_at <= landed and end >= sent for sent, landed in kills)
-    return TurnAudit(record.turn_key, outcome, len(acks), len(stored_replies), checked, lost, max(duplicated, repeated),
-                     repeated, any(connection.how == DROPPED for connection in record.connections), live,
+    return TurnAudit(record.turn_key, outcome, len(acks), len(stored_replies), checked, lost, duplicated, repeated, any(connection.how == DROPPED for connection in record.connections), live,
                      tuple(resume_latencies(record)), str(failures[0].detail) if failures else None)
 
 
