@@ -26,6 +26,14 @@ def _ha(values: dict[str, Any]) -> dict[tuple[str, str], str]:
                                f"{values.get('kill_after_s')}s into the load"}
 
 
+def _continuity(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    if not values.get("kill_count"):
+        return {("agent", "kill"): "none: kill_count 0 (the faults are the clients' own dropped streams)"}
+    return {("agent", "kill"): f"{values.get('kill_count')} replica(s) with {values.get('kill_signal')}, "
+                               f"{values.get('kill_after_s')}s into the load, while turns stream; clients drop "
+                               f"{values.get('drop_rate')} of their streams and resume them"}
+
+
 def _cold(values: dict[str, Any]) -> dict[tuple[str, str], str]:
     said = f"to 0 and back, {values.get('trials')} time(s), idle {values.get('idle_s')}s each"
     return {("agent", "scale"): said, ("inference", "scale"): said}
@@ -57,8 +65,9 @@ def _shed(values: dict[str, Any]) -> dict[tuple[str, str], str]:
 
 DETAILS: dict[str, Callable[[dict[str, Any]], dict[tuple[str, str], str]]] = {
     "ha-replica-loss": _ha, "cold-start": _cold, "noisy-neighbour": _noisy, "restore-drill": _restore,
-    "restore-agent-state": _restore_agent_state, "shed-noisy-tenant": _shed}
-LOAD = {"ha-replica-loss": ("users", "duration_s"), "noisy-neighbour": ("victim_sessions", "burst_s")}
+    "restore-agent-state": _restore_agent_state, "shed-noisy-tenant": _shed, "session-continuity": _continuity}
+LOAD = {"ha-replica-loss": ("users", "duration_s"), "noisy-neighbour": ("victim_sessions", "burst_s"),
+        "session-continuity": ("users", "duration_s")}
 
 
 def blast_radius(spec: "RunSpec") -> list[str]:
