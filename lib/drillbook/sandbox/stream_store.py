@@ -43,6 +43,7 @@ def stream_schema_sql(prefix: str) -> list[str]:
             kind TEXT NOT NULL,
             data TEXT NOT NULL,
             PRIMARY KEY (session_id, turn_key, id))""",
+        f"CREATE INDEX IF NOT EXISTS streams_running ON {prefix}streams (state)",  # the replicas' sweep
     ]
 
 
