@@ -24,6 +24,7 @@ from drillbook.streamapi import StreamApi
 TOKEN, ACK, FAILURE, OTHER = "token", "ack", "failed", "other"
 ENDED, DROPPED, BROKEN, REFUSED = "ended", "dropped", "broken", "refused"
 NEW_CLIENT, OTHER_PROCESS = "new-client", "other-process"
+STALL_S = 5.0  # a stream silent this long (no event, no keepalive) is taken as dead, and resumed
 
 
 @dataclass
@@ -112,12 +113,14 @@ def classify(api: StreamApi, data: Any) -> tuple[str, str | None, Any]:
 
 def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], body: bytes | None, api: StreamApi,
                 after: str | None, drop_after_tokens: int | None = None, timeout_s: float = 30.0,
-                by: str = NEW_CLIENT, clock: Callable[[], float] = time.time) -> Connection:
+                by: str = NEW_CLIENT, clock: Callable[[], float] = time.time, stall_s: float = STALL_S) -> Connection:
     """One connection: read events until an ending, until drop_after_tokens tokens came (then
-    drop it: close the socket mid-stream), or until it breaks or timeout_s passes."""
+    drop it: close the socket mid-stream), until it breaks or stalls (nothing, not even a
+    keepalive comment, for stall_s: a connection to a deleted pod goes silent rather than break),
+    or until timeout_s passes."""
     parts = urlsplit(base_url)
     connection = Connection(after=after, opened_at=clock(), by=by)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=min(timeout_s, stall_s))
     deadline = time.monotonic() + timeout_s
     tokens = 0
     try:
@@ -165,7 +168,8 @@ def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], 
         return connection
     except (OSError, http.client.HTTPException) as error:
         connection.how = REFUSED if connection.status is None else BROKEN
-        connection.detail = f"{type(error).__name__}: {error}"
+        stalled = isinstance(error, TimeoutError) and connection.status is not None
+        connection.detail = f"stalled: nothing for {stall_s:g}s" if stalled else f"{type(error).__name__}: {error}"
         return connection
     finally:
         connection.closed_at = clock()

@@ -8,7 +8,9 @@ the request: a client that goes away takes nothing with it. ``GET
 what came after that event: the rest of the turn once, or the finished turn if it has ended. A
 retried start with the same key is a resume from where the retry says (from the start by default).
 
-Every event is in the state store before any client sees it (drillbook.sandbox.stream_store), so
+A stream with nothing to send sends an SSE comment every ``KEEPALIVE_S``: a client that hears
+nothing for longer knows its connection is dead (a deleted pod's connections go silent rather than
+break) and resumes. Every event is in the state store before any client sees it (drillbook.sandbox.stream_store), so
 the replica that serves a reconnect needs nothing from the one that streams the turn. When that
 replica dies the turn is failed, never acknowledged in part: whoever finds the turn's replica
 gone (its address refuses, or answers with another boot id) or silent past ``LOST_AFTER_S``
@@ -51,6 +53,8 @@ POLL_S = 0.1  # how often a client's reader looks for new events of a turn strea
 BOOT = secrets.token_hex(6)  # this process: a replica restarted at the same address is another one
 REPLICA_LOST = "the replica streaming this turn was lost; no part of it was stored"
 REPLICA_STOPPED = "the replica streaming this turn stopped; no part of it was stored"
+KEEPALIVE_S = 1.0  # a waiting turn's stream says so this often (an SSE comment), so a stalled one shows
+KEEPALIVE = b": keepalive\n\n"
 CANCELLED_WITH_CLIENT = "cancelled: the connection that started the turn went away"
 EVENT_STREAM = "text/event-stream"
 
@@ -246,12 +250,17 @@ class TurnStreams:
         response = web.StreamResponse(headers={"Content-Type": EVENT_STREAM, "Cache-Control": "no-cache"})
         await response.prepare(request)
         cursor = after
+        said = time.monotonic()
         try:
             while True:
                 events = await self.service._db(store.stream_events, session_id, key, cursor)
                 for event in events:
                     await response.write(sse(event))
                     cursor = event.id
+                    said = time.monotonic()
+                if not events and time.monotonic() - said >= KEEPALIVE_S:
+                    await response.write(KEEPALIVE)  # a client (or proxy) sees a live stream from a silent one
+                    said = time.monotonic()
                 if events and events[-1].kind in ENDINGS:
                     break
                 if events:

@@ -24,7 +24,7 @@ from difflib import SequenceMatcher
 from typing import Sequence
 
 from drillbook.measure import Judgement, check, percentile
-from drillbook.streamclient import ACK, BROKEN, DROPPED, FAILURE, TOKEN, TurnRecord
+from drillbook.streamclient import ACK, BROKEN, DROPPED, FAILURE, STALL_S, TOKEN, TurnRecord
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,11 @@ def audit_turn(record: TurnRecord, stored_replies: Sequence[str], kills: Sequenc
                      tuple(resume_latencies(record)), str(failures[0].detail) if failures else None)
 
 
-def broken_by_kills(records: Sequence[TurnRecord], kills: Sequence[tuple[float, float]], grace_s: float = 2.0) -> int:
-    """Connections that broke (not dropped by their client) between a kill and grace_s after it
-    was seen to land: the kill's effect as the clients saw it, apart from the platform's word."""
+def broken_by_kills(records: Sequence[TurnRecord], kills: Sequence[tuple[float, float]],
+                    grace_s: float = STALL_S + 2.0) -> int:
+    """Connections that broke or stalled (not dropped by their client) between a kill and grace_s
+    after it was seen to land (a stall is noticed STALL_S after the last byte): the kill's effect
+    as the clients saw it, apart from the platform's word."""
     return sum(1 for record in records for connection in record.connections
                if connection.how == BROKEN and connection.events
                and any(sent <= connection.closed_at <= landed + grace_s for sent, landed in kills))
