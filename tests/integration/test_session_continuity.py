@@ -56,6 +56,17 @@ def test_streams_resume_across_drops_handoffs_and_a_killed_replica_on_sqlite(san
         assert ids == list(range(1, len(ids) + 1)), record.turn_key
 
 
+def test_streaming_users_under_locust_workers_send_every_turn_to_the_master(sandbox_factory, tmp_path):
+    handle = sandbox_factory(tokens_per_second=200)
+    executed = execute("session-continuity", overrides={**DROPS_ONLY, "load_workers": "2"},
+                       results=tmp_path / "results", sandbox_state=handle.state_dir)
+    assert executed.verdict == "PASS", executed.explain()
+    load = executed.bundle / "load"
+    from_workers = sorted(load.glob("streams-worker-*.jsonl"))
+    assert len(from_workers) == 2 and all(path.stat().st_size for path in from_workers)
+    assert metrics(executed)["turns"] == sum(len(jsonl.read(path)) for path in load.glob("streams-*.jsonl"))
+
+
 def test_streams_resume_on_postgres(sandbox_factory, pg_dsn, tmp_path):
     handle = sandbox_factory(tokens_per_second=200, store="postgres", dsn=pg_dsn)
     executed = execute("session-continuity", overrides=QUICK, results=tmp_path / "results",
