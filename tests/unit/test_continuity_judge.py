@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drillbook.scenarios.session_continuity.judge import (ACKNOWLEDGED, FAILED, ORPHANED, audit_turn,
-                                                          broken_by_kills, compare_tokens, continuity_figures,
+                                                          hit_by_kills, compare_tokens, continuity_figures,
                                                           judge_continuity, resume_latencies)
 from drillbook.streamclient import ACK, BROKEN, DROPPED, ENDED, FAILURE, REFUSED, TOKEN, Connection, Received, TurnRecord
 
@@ -90,17 +90,22 @@ def test_a_dropped_turn_that_never_ends_is_orphaned_and_cancelled_by_its_client(
     assert audit_turn(failed_but_stored, [REPLY], []).outcome == FAILED
 
 
-def test_only_streams_broken_around_a_landed_kill_show_the_kill():
+def test_only_streams_broken_stalled_or_failed_around_a_landed_kill_show_the_kill():
     kill = (200.0, 200.4)
     records = [turn(Connection(None, 199.0, events=tokens(1, "a", 199.1), closed_at=200.3, how=BROKEN)),
                turn(Connection(None, 150.0, events=tokens(1, "a", 150.1), closed_at=150.2, how=BROKEN)),
                turn(Connection(None, 199.0, events=tokens(1, "a", 199.1), closed_at=200.3, how=DROPPED))]
-    assert broken_by_kills(records, [kill]) == 1
-    assert broken_by_kills(records, []) == 0
+    assert hit_by_kills(records, [kill]) == 1
+    assert hit_by_kills(records, []) == 0
+    # A replica stopped gracefully tells its clients their turns failed: that is the kill seen too,
+    # but not a failure that came before the kill was sent.
+    told = turn(Connection(None, 199.0, events=[*tokens(1, "a", 199.1), failed(2, 201.0)], how=ENDED))
+    told_before = turn(Connection(None, 150.0, events=[*tokens(1, "a", 150.1), failed(2, 150.2)], how=ENDED))
+    assert hit_by_kills([told, told_before], [kill]) == 1
 
 
 def judge(figures, **overrides):
-    options = dict(resumable=True, drops_planned=True, kills_planned=1, kills_landed=1, streams_broken_by_kill=1,
+    options = dict(resumable=True, drops_planned=True, kills_planned=1, kills_landed=1, streams_hit_by_kill=1,
                    max_resume_p95_ms=2000.0, max_failed_rate=0.2)
     return judge_continuity(figures, **{**options, **overrides})
 
@@ -114,7 +119,7 @@ def test_no_threshold_passes_total_failure_and_a_fault_that_did_not_land_cannot_
     whole = continuity_figures([audit_turn(dropped_then_resumed(), [REPLY], [])])
     assert judge(whole).failed() == [] and judge(whole).cannot_judge is None
     assert "not seen to land" in judge(whole, kills_landed=0).cannot_judge
-    assert "broke no client's stream" in judge(whole, streams_broken_by_kill=0).cannot_judge
+    assert "touched no client's stream" in judge(whole, streams_hit_by_kill=0).cannot_judge
     assert judge(continuity_figures([]), kills_planned=0).cannot_judge.startswith("no streamed turn")
     undropped = continuity_figures([audit_turn(turn(Connection(None, 100.0, events=[ack(1, 100.1)], how=ENDED)),
                                                [""], [])])

@@ -15,7 +15,7 @@ from drillbook import jsonl
 from drillbook.drills import keep_observations
 from drillbook.measure import PERCENTILE
 from drillbook.runbook import Run
-from drillbook.scenarios.session_continuity.judge import (audit_turn, broken_by_kills, continuity_figures,
+from drillbook.scenarios.session_continuity.judge import (audit_turn, hit_by_kills, continuity_figures,
                                                           judge_continuity)
 from drillbook.streamclient import OTHER_PROCESS, TurnRecord, follow_turn
 
@@ -76,12 +76,12 @@ def session_continuity(run: Run, users: int, duration_s: float, max_tokens: int,
     run.record("resume_p50_ms", figures.resume_p50_ms, "ms")
     run.record("resume_p95_ms", figures.resume_p95_ms, "ms")
     run.record("resume_p99_ms", figures.resume_p99_ms, "ms")
-    broken = broken_by_kills(records, kills)
-    run.record("streams_broken_by_kill", broken)
+    hit = hit_by_kills(records, kills)
+    run.record("streams_hit_by_kill", hit)
     run.record("stream_turns_per_s", len(turns) / duration_s if duration_s else None, "/s")
     run.record("percentile_definition", PERCENTILE)
     run.keep(judge_continuity(figures, resumable=api.streams.resume is not None, drops_planned=drop_rate > 0,
-                              kills_planned=kill_count, kills_landed=kills_landed, streams_broken_by_kill=broken,
+                              kills_planned=kill_count, kills_landed=kills_landed, streams_hit_by_kill=hit,
                               max_resume_p95_ms=max_resume_p95_ms, max_failed_rate=max_failed_rate))
     return {"figures": figures}
 

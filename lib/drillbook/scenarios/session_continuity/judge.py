@@ -105,14 +105,18 @@ def audit_turn(record: TurnRecord, stored_replies: Sequence[str], kills: Sequenc
                      tuple(resume_latencies(record)), str(failures[0].detail) if failures else None)
 
 
-def broken_by_kills(records: Sequence[TurnRecord], kills: Sequence[tuple[float, float]],
-                    grace_s: float = STALL_S + 2.0) -> int:
-    """Connections that broke or stalled (not dropped by their client) between a kill and grace_s
-    after it was seen to land (a stall is noticed STALL_S after the last byte): the kill's effect
-    as the clients saw it, apart from the platform's word."""
+def hit_by_kills(records: Sequence[TurnRecord], kills: Sequence[tuple[float, float]],
+                 grace_s: float = STALL_S + 2.0) -> int:
+    """Connections the kills touched, as the clients saw it, apart from the platform's word: one
+    that broke or stalled (not dropped by its client), or that was told its turn failed, between a
+    kill and grace_s after it was seen to land (a stall is noticed STALL_S after the last byte; a
+    replica stopped gracefully fails its turns before it goes)."""
+    def in_window(at: float) -> bool:
+        return any(sent <= at <= landed + grace_s for sent, landed in kills)
+
     return sum(1 for record in records for connection in record.connections
-               if connection.how == BROKEN and connection.events
-               and any(sent <= connection.closed_at <= landed + grace_s for sent, landed in kills))
+               if (connection.how == BROKEN and connection.events and in_window(connection.closed_at))
+               or any(event.kind == FAILURE and in_window(event.at) for event in connection.events))
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def continuity_figures(audits: Sequence[TurnAudit]) -> ContinuityFigures:
 
 
 def judge_continuity(figures: ContinuityFigures, *, resumable: bool, drops_planned: bool, kills_planned: int,
-                     kills_landed: int, streams_broken_by_kill: int, max_resume_p95_ms: float,
+                     kills_landed: int, streams_hit_by_kill: int, max_resume_p95_ms: float,
                      max_failed_rate: float) -> Judgement:
     """The checks, and whether anything can be judged: a drill whose drops or kills did not land
     proves nothing about resuming, and is ERROR, never PASS."""
@@ -180,8 +184,9 @@ def judge_continuity(figures: ContinuityFigures, *, resumable: bool, drops_plann
         cannot = "no streamed turn was started: nothing to judge"
     elif kills_planned and not kills_landed:
         cannot = "the replica kill was not seen to land"
-    elif kills_planned and not streams_broken_by_kill:
-        cannot = "the replica kill broke no client's stream: no turn was streaming from the killed replica"
+    elif kills_planned and not streams_hit_by_kill:
+        cannot = ("the replica kill touched no client's stream (none broke, stalled or was told its turn "
+                  "failed): no turn was streaming from the killed replica")
     elif drops_planned and not figures.dropped and figures.acknowledged == figures.turns:
         # (turns that failed or never ended are a measured miss, whether or not a drop came first)
         cannot = "no client dropped a stream mid-turn: the turns ended before the drop offsets"
@@ -202,5 +207,5 @@ def judge_continuity(figures: ContinuityFigures, *, resumable: bool, drops_plann
     return Judgement(checks, cannot_judge=cannot)
 
 
-__all__ = ["ACKNOWLEDGED", "ContinuityFigures", "FAILED", "ORPHANED", "TurnAudit", "audit_turn", "broken_by_kills", "compare_tokens",
+__all__ = ["ACKNOWLEDGED", "ContinuityFigures", "FAILED", "ORPHANED", "TurnAudit", "audit_turn", "hit_by_kills", "compare_tokens",
            "continuity_figures", "judge_continuity", "resume_latencies", "tokens_of"]
