@@ -1,6 +1,6 @@
 """Throughput of streaming-and-resuming users against plain users, side by side in one run.
 
-One sandbox (the reference platform, tokens at 200/s), the same user count and tokens per turn:
+One sandbox (the reference platform), the same user count and tokens per turn:
 
 1. agent-sessions: plain turns (one request, the whole reply at once), with idempotency keys;
 2. session-continuity with drop-rate 0: every turn streamed as Server-Sent Events, never dropped;
@@ -12,7 +12,10 @@ dropping run (from the first reconnect to the next event, what the drill judges)
 best of each kept. On a machine with two cores Locust, the gateway, the agents and the model server
 share them: read the ratios, not the absolute rates.
 
-Run: python bench/stream_resume.py [--users 8] [--seconds 8] [--rounds 2] [--tokens 64]
+As the drill runs (tokens at 200/s, 0.2 s think time) the rates are the model's and the users'
+pace; with --rate 0 --think 0 they are what the machine can push through each kind of client.
+
+Run: python bench/stream_resume.py [--users 8] [--seconds 8] [--rounds 2] [--tokens 64] [--rate 200] [--think 0.2]
 """
 
 from __future__ import annotations
@@ -51,15 +54,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rate", type=float, default=200.0, help="the model's tokens per second (0: at once)")
+    parser.add_argument("--think", type=float, default=0.2, help="think time between turns (0: none)")
     args = parser.parse_args()
-    common = {"think-time": "0.2", "max-tokens": str(args.tokens)}
+    common = {"think-time": str(args.think), "max-tokens": str(args.tokens)}
     kinds = {"plain turns": ("agent-sessions", common),
              "streamed, never dropped": ("session-continuity", {**common, "drop-rate": "0"}),
              "streamed, half dropped and resumed": ("session-continuity", {**common, "drop-rate": "0.5"})}
     best = {name: 0.0 for name in kinds}
     latencies: list[float] = []
     with tempfile.TemporaryDirectory(prefix="drillbook-streams-") as scratch:
-        handle = launcher.start(SandboxConfig(tokens_per_second=200), Path(scratch) / "sandbox")
+        handle = launcher.start(SandboxConfig(tokens_per_second=args.rate), Path(scratch) / "sandbox")
         try:
             for round_ in range(args.rounds):
                 for index, (name, (profile, settings)) in enumerate(kinds.items()):
@@ -71,7 +76,8 @@ def main() -> None:
         finally:
             launcher.stop(Path(scratch) / "sandbox", handle=handle)
     plain = best["plain turns"]
-    print(f"\n{args.users} users, {args.tokens} tokens a turn at 200 tokens/s, best of {args.rounds} rounds:")
+    print(f"\n{args.users} users, {args.tokens} tokens a turn at {args.rate:g} tokens/s, think {args.think:g}s, "
+          f"best of {args.rounds} rounds:")
     for name, rate in best.items():
         print(f"  {name:38s} {rate:7.1f} turns/s   ratio to plain {rate / plain if plain else float('nan'):.2f}")
     if latencies:
