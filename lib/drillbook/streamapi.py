@@ -38,10 +38,14 @@ class StreamApi(StrictModel):
     turn_id: str | None = Field(None, description="JMESPath in an event's data: the id the workload resumes the "
                                                   "turn by (a run id); null: the turn's idempotency key")
     token: str = Field("token", description="JMESPath in an event's data: a token of the reply")
-    ack: str = Field("ack", description="JMESPath in an event's data: present on the acknowledgement")
+    ack: str | None = Field("ack", description="JMESPath in an event's data: present on the acknowledgement")
+    ack_event: str | None = Field(None, description="an SSE event name that acknowledges the turn, whatever its "
+                                                    "data (LangServe's end); null: the ack expression decides")
     failed: str | None = Field("failed", description="JMESPath in an event's data: the platform's reason a turn "
                                                      "failed; null: it never says")
-    stored_reply: str = Field("output", description="JMESPath in a stored turn of the read-back: the reply")
+    stored_reply: str | None = Field("output", description="JMESPath in a stored turn of the read-back: the "
+                                                           "reply; null: the read-back carries none, and the "
+                                                           "tokens cannot be held to it")
     stored_input: str | None = Field("input", description="JMESPath in a stored turn: the input drillbook sent "
                                                           "(finds a turn stored again under another key)")
     separator: str = Field(" ", description="what joins tokens in the stored reply")
@@ -53,6 +57,8 @@ class StreamApi(StrictModel):
 
     @model_validator(mode="after")
     def _paths(self) -> "StreamApi":
+        if self.ack is None and self.ack_event is None:
+            raise ValueError("api.streams needs ack or ack_event: how else would a turn be seen acknowledged")
         if "{session}" not in self.start:
             raise ValueError("api.streams.start must contain {session}")
         if self.resume is not None and TURN_PLACEHOLDER not in self.resume:

@@ -99,9 +99,11 @@ class TurnRecord:
                    connections)
 
 
-def classify(api: StreamApi, data: Any) -> tuple[str, str | None, Any]:
-    """(kind, token, detail) of an event's data, through the profile's expressions."""
-    if pick(api.ack, data) is not None:
+def classify(api: StreamApi, data: Any, name: str | None = None) -> tuple[str, str | None, Any]:
+    """(kind, token, detail) of an event (its data, and its SSE event name), through the profile."""
+    if api.ack_event is not None and name == api.ack_event:
+        return ACK, None, data
+    if api.ack is not None and pick(api.ack, data) is not None:
         return ACK, None, pick(api.ack, data)
     if api.failed is not None and (reason := pick(api.failed, data)) is not None:
         return FAILURE, None, reason
@@ -130,7 +132,7 @@ def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], 
         if response.status != 200:
             connection.how, connection.detail = REFUSED, f"HTTP {response.status}: {response.read(300)!r}"
             return connection
-        event_id, data = None, []
+        event_id, name, data = None, None, []
         while time.monotonic() < deadline:
             raw = response.readline()
             if not raw:
@@ -140,22 +142,25 @@ def read_stream(base_url: str, method: str, path: str, headers: dict[str, str], 
             if line.startswith(":"):
                 continue
             if line:
-                name, _, value = line.partition(":")
+                field, _, value = line.partition(":")
                 value = value[1:] if value.startswith(" ") else value
-                if name == "id":
+                if field == "id":
                     event_id = value
-                elif name == "data":
+                elif field == "event":
+                    name = value
+                elif field == "data":
                     data.append(value)
                 continue
-            if not data:
+            if not data and (name is None or name != api.ack_event):
+                name = None
                 continue
             try:
                 document = json.loads("\n".join(data))
             except ValueError:
                 document = None
-            kind, token, detail = classify(api, document)
+            kind, token, detail = classify(api, document, name)
             connection.events.append(Received(event_id, kind, token, clock(), detail))
-            data = []
+            data, name = [], None
             if kind in (ACK, FAILURE):
                 connection.how = ENDED
                 return connection

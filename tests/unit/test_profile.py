@@ -238,4 +238,4 @@ def test_an_unknown_preset_is_one_line(tmp_path):
     path.write_text(yaml.safe_dump({"name": "p", "kind": "commands", "preset": "nope"}))
     with pytest.raises(ConfigError) as caught:
         load_profile(str(path))
-    assert str(caught.value) == "p.yaml: invalid preset: unknown preset 'nope'; known: agno, langserve, openai-chat, reference"
+    assert str(caught.value) == "p.yaml: invalid preset: unknown preset 'nope'; known: agno, langgraph, langserve, openai-chat, reference"

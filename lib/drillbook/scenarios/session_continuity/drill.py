@@ -81,6 +81,7 @@ def session_continuity(run: Run, users: int, duration_s: float, max_tokens: int,
     run.record("stream_turns_per_s", len(turns) / duration_s if duration_s else None, "/s")
     run.record("percentile_definition", PERCENTILE)
     run.keep(judge_continuity(figures, resumable=api.streams.resume is not None, drops_planned=drop_rate > 0,
+                              replies_offered=api.streams.stored_reply is not None,
                               kills_planned=kill_count, kills_landed=kills_landed, streams_hit_by_kill=hit,
                               max_resume_p95_ms=max_resume_p95_ms, max_failed_rate=max_failed_rate))
     return {"figures": figures}
@@ -102,7 +103,8 @@ def _resume_elsewhere(gateway: str, api: Any, keys: dict[str, str], records: lis
         list(pool.map(resume, records))
 
 
-def _read_back(run: Run, gateway: str, keys: dict[str, str], records: list[TurnRecord]) -> tuple[dict[str, list[str]], str]:
+def _read_back(run: Run, gateway: str, keys: dict[str, str], records: list[TurnRecord]
+               ) -> tuple[dict[str, list[str | None]], str]:
     """The replies the workload stored for each turn (by its key, or by the input it was sent:
     a turn stored again under another key is found too), read through its read-back; and why
     not, when a session could not be read."""
@@ -114,7 +116,7 @@ def _read_back(run: Run, gateway: str, keys: dict[str, str], records: list[TurnR
     streams = api.streams
     by_sent = {record.sent: record.turn_key for record in records}
     ours = set(by_sent.values())
-    stored: dict[str, list[str]] = {}
+    stored: dict[str, list[str | None]] = {}
     sessions = sorted({(record.tenant, record.session_id) for record in records})
     with httpx.Client(base_url=gateway, timeout=30.0) as http:
         for tenant, session_id in sessions:
@@ -126,7 +128,8 @@ def _read_back(run: Run, gateway: str, keys: dict[str, str], records: list[TurnR
                 sent = pick(streams.stored_input, turn)
                 owner = key if key in ours else by_sent.get(str(sent)) if sent is not None else None
                 if owner is not None:
-                    stored.setdefault(owner, []).append(str(pick(streams.stored_reply, turn) or ""))
+                    reply = pick(streams.stored_reply, turn) if streams.stored_reply is not None else None
+                    stored.setdefault(owner, []).append(None if reply is None else str(reply))
     return stored, ""
 
 
