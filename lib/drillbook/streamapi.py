@@ -59,8 +59,6 @@ class StreamApi(StrictModel):
     def _paths(self) -> "StreamApi":
         if self.ack is None and self.ack_event is None:
             raise ValueError("api.streams needs ack or ack_event: how else would a turn be seen acknowledged")
-        if "{session}" not in self.start:
-            raise ValueError("api.streams.start must contain {session}")
         if self.resume is not None and TURN_PLACEHOLDER not in self.resume:
             raise ValueError("api.streams.resume must contain {turn} (the turn's id: its idempotency key, or "
                              "what api.streams.turn_id selects)")

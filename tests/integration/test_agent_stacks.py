@@ -382,3 +382,27 @@ def test_agno_sessions_in_each_replicas_memory_fail_ha_for_lost_turns(agno_stack
     assert ha.verdict == "FAIL"
     assert values(ha)["lost_turns"] > 0
     assert "acknowledged turns lost" in failed_checks(ha)
+
+
+# LangServe streams a turn as Server-Sent Events (/chat/stream: a metadata event, the reply's
+# chunks, an `end` event) with no event ids and nothing to resume by: what a stack without resume
+# gets from session-continuity is a FAIL that says so, never a PASS and never an ERROR.
+LANGSERVE_STREAMS = {"start": "/chat/stream", "resume": None, "token": "content", "ack": None, "ack_event": "end",
+                     "failed": None, "stored_reply": None, "stored_input": "data.content"}
+
+
+def test_langserve_streams_cannot_be_resumed_and_session_continuity_says_so(langchain_stack, tmp_path):
+    started = langchain_stack()
+    spec = yaml.safe_load(started.profile.read_text())
+    spec["api"]["streams"] = LANGSERVE_STREAMS
+    profile = tmp_path / "langserve-streams.yaml"
+    profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+    # max_tokens 2: each dropped stream is dropped after its first chunk, inside the fake model's reply.
+    executed = execute("session-continuity", str(profile), {"users": "4", "duration_s": "5", "kill_count": "0",
+                                                           "max_tokens": "2"}, results=tmp_path / "results")
+    assert executed.verdict == "FAIL", executed.explain()
+    resume = next(c for c in executed.summary["checks"] if c["name"] == "resume latency p95")
+    assert "cannot resume" in resume["note"], resume
+    found = executed.summary["metrics"]
+    assert found["streams_dropped"] > 0 and found["orphaned_turns"] == found["streams_dropped"]
+    assert found["acknowledged_turns"] > 0  # the streams no one dropped ended: the stack streams, it cannot resume

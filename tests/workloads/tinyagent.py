@@ -307,6 +307,8 @@ def serve(args: argparse.Namespace) -> None:
                     upstream.close()
                     replica.ready = False  # a dead or dying replica: try another
                     continue
+                if response.getheader("Content-Type", "").startswith("text/event-stream"):
+                    return self.relay_stream(response, upstream)
                 try:
                     data = response.read()
                 except (OSError, http.client.HTTPException) as cut:
@@ -324,6 +326,23 @@ def serve(args: argparse.Namespace) -> None:
                 self.wfile.write(data)
                 return
             self.answer(503, {"error": "no replica could answer"})
+
+        def relay_stream(self, response: http.client.HTTPResponse, upstream: http.client.HTTPConnection) -> None:
+            """Server-Sent Events go through as they come, on a connection closed at their end; a
+            client that leaves closes the replica's side too."""
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.getheader("Content-Type", "text/event-stream"))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                while chunk := response.read1(65536):
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                upstream.close()
 
         def do_GET(self) -> None:
             self.forward("GET")
