@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,4 +72,20 @@ def install_distribution(folder: Path, name: str, sources: list[Path], entry_poi
     (info / "entry_points.txt").write_text("".join(
         f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
         for group, entries in entry_points.items()))
+    return folder
+
+
+def cached_venv(requirement: str) -> Path:
+    """A third-party service installed from PyPI once into its own virtual environment (its pins
+    are not drillbook's), in a cache folder keyed by the requirement."""
+    name = requirement.split("[")[0].split("==")[0] + "-" + requirement.split("==")[1]
+    folder = Path.home() / ".cache" / "drillbook" / name
+    done = folder / "installed.txt"
+    if not done.exists() or done.read_text() != requirement:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, timeout=120)
+        installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
+                                   capture_output=True, text=True, timeout=900)
+        if installed.returncode != 0:
+            pytest.skip(f"{requirement} could not be installed: {installed.stderr.strip().splitlines()[-1:]}")
+        done.write_text(requirement)
     return folder

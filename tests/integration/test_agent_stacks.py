@@ -26,7 +26,7 @@ import yaml
 
 from drillbook.execute import execute
 from drillbook.runbook import recorded
-from tests.helpers import free_port, wait_for
+from tests.helpers import cached_venv, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -247,22 +247,6 @@ def test_a_slow_restart_and_a_restore_that_restores_nothing_fail_on_langchain(la
 
 LITELLM = "litellm[proxy]==1.108.7"  # in its own virtual environment: its pins are not drillbook's
 MASTER_KEY = "sk-drillbook-test-master-key-0123456789"
-
-
-def cached_venv(requirement: str) -> Path:
-    """A third-party service installed from PyPI once into its own virtual environment (its pins
-    are not drillbook's), in a cache folder keyed by the requirement."""
-    name = requirement.split("[")[0].split("==")[0] + "-" + requirement.split("==")[1]
-    folder = Path.home() / ".cache" / "drillbook" / name
-    done = folder / "installed.txt"
-    if not done.exists() or done.read_text() != requirement:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, timeout=120)
-        installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
-                                   capture_output=True, text=True, timeout=900)
-        if installed.returncode != 0:
-            pytest.skip(f"{requirement} could not be installed: {installed.stderr.strip().splitlines()[-1:]}")
-        done.write_text(requirement)
-    return folder
 
 
 @pytest.fixture(scope="session")

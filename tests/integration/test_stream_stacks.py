@@ -1,6 +1,7 @@
 """session-continuity on a third-party stack from PyPI whose server streams resumably: a LangGraph
-server (`langgraph dev`, in memory) serving targets/examples/langgraph, driven only through its
-profile (preset langgraph). Its runs outlive their client (on_disconnect continue) and are joined
+server (`langgraph dev`, in memory; installed once into its own virtual environment, since its
+pins are not drillbook's: langserve's sse-starlette<2 and langgraph-api's >=2.1 cannot share one)
+serving targets/examples/langgraph, driven only through its profile (preset langgraph). Its runs outlive their client (on_disconnect continue) and are joined
 again after the last event id: PASS. Started as LangGraph starts a run by default (on_disconnect
 cancel), a dropped client takes its run with it: FAIL, for that reason."""
 
@@ -18,12 +19,13 @@ import pytest
 import yaml
 
 from drillbook.execute import execute
-from tests.helpers import free_port, wait_for
+from tests.helpers import cached_venv, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXAMPLE = REPOSITORY / "targets" / "examples" / "langgraph"
 DROPS_ONLY = {"users": "4", "duration_s": "6", "kill_count": "0"}
+LANGGRAPH = "langgraph-cli[inmem]==0.4.40"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def langgraph_server(tmp_path_factory) -> Iterator[str]:
     """`langgraph dev` on a free loopback port, from the example's folder; its whole process group
     is stopped afterwards."""
     port = free_port()
-    langgraph = Path(sys.executable).with_name("langgraph")
+    langgraph = cached_venv(LANGGRAPH) / "bin" / "langgraph"
     log = tmp_path_factory.mktemp("langgraph") / "server.log"
     with open(log, "w") as output:
         server = subprocess.Popen([str(langgraph), "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser",
