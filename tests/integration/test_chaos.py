@@ -53,7 +53,7 @@ def test_every_experiment_passes_on_a_healthy_sandbox(name, sandbox_factory, tmp
     handle = sandbox_factory(tokens_per_second=200)
     before = replicas(handle)
     quick = {"ha-replica-loss": {"traffic_s": 3.0}, "noisy-neighbour": {"baseline_s": 2.0, "burst_s": 3.0},
-             "cold-start": {"idle_s": 0.5}, "restore-drill": {}}[name]
+             "cold-start": {"idle_s": 0.5}, "restore-drill": {}, "session-continuity": {}}[name]
     result = run(name, sandbox_configuration(handle.state_dir), tmp_path / "run", quick)
     assert result.verdict == "PASS", result.reasons
     assert replicas(handle) == before  # the rollback put the target back
@@ -68,6 +68,8 @@ def test_every_experiment_passes_on_a_healthy_sandbox(name, sandbox_factory, tmp
         assert restore["integrity"] == 1.0 and restore["rpo_turns"] == 6 and restore["rto_s"] > 0
     if name == "cold-start":
         assert result.measurements["cold_start"][0]["first_token_s"] > 0
+    if name == "session-continuity":  # the kill was seen to land, and the tier is back at its size
+        assert result.measurements["fault_injected"]["landed"]["landed"] and result.measurements["fault_injected"]["replicas"]
 
 
 def test_ha_fails_when_the_gateway_does_not_retry(sandbox_factory, tmp_path):

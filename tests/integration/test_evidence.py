@@ -205,7 +205,7 @@ def test_report_lists_sandbox_smoke_bundles_as_evidence_that_is_no_control(tmp_p
     controls, rest = html.split('<h2 id="other">Other evidence (not a control, not scored)</h2>')
     others = rest.split("<h2>Verification</h2>")[0]
     assert "sandbox-smoke" not in controls and others.count("<td>sandbox-smoke</td>") == 2
-    assert html.count("none\">NO EVIDENCE") == 4 * 2 and '<p class="score">no runs</p>' in html  # summary table + sections
+    assert html.count("none\">NO EVIDENCE") == 5 * 2 and '<p class="score">no runs</p>' in html  # summary table + sections
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
 
     tamper(latest / "summary.json", lambda p: p.write_text(p.read_text().replace('"sessions": 2', '"sessions": 3')))

@@ -121,6 +121,10 @@ def test_a_turn_outlives_its_connection_and_a_killed_replica_fails_it_without_st
     def body(tokens: int) -> bytes:
         return json.dumps({"input": "hello", "max_tokens": tokens}).encode()
 
+    # A start without the turn's id, or with a body that is not a turn, is refused before anything runs.
+    assert httpx.post(f"{gateway}/v1/sessions/{session}/streams", headers=auth, json={"input": "x"}).status_code == 400
+    assert httpx.post(f"{gateway}/v1/sessions/{session}/streams", headers={**auth, "Idempotency-Key": "k0"},
+                      content=b"not json").status_code == 400
     key = uuid.uuid4().hex
     record = TurnRecord(session, "tenant-a", key, "hello", time.time())
     follow_turn(gateway, api.streams, auth, record, body(20), [5, 3], 30, {"Idempotency-Key": key})

@@ -89,6 +89,6 @@ def test_the_cli_dry_runs_touch_nothing_and_exit_0(profiles, tmp_path):
     plan = subprocess.run([sys.executable, "-m", "drillbook", "gameday", "--dry-run"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
-    assert plan.stdout.startswith("game day default on sandbox: 4 run(s), a dry run")
+    assert plan.stdout.startswith("game day default on sandbox: 5 run(s), a dry run")
     assert "[4] restore-drill on sandbox" in plan.stdout
     assert not (tmp_path / "state").exists() and not (tmp_path / "results").exists()

@@ -122,7 +122,12 @@ class TurnStreams:
         if not key:
             return web.json_response({"error": f"a streamed turn needs an {HEADER_IDEMPOTENCY} header: "
                                                "it is the turn's id for resuming"}, status=400)
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "the body must be a JSON object {input, max_tokens?}"}, status=400)
+        if not isinstance(body, dict):
+            return web.json_response({"error": "the body must be a JSON object {input, max_tokens?}"}, status=400)
         text_in, max_tokens = str(body.get("input", "")), body.get("max_tokens")
         owner = self.owner(request)
         stream, opened = await self.service._db(self.service.store.open_stream, session_id, key, text_in, owner,
