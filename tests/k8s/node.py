@@ -150,7 +150,8 @@ state = "{RUN / 'containerd' / 'state'}"
 
     def start(self, extra: list[images.Image] = (), timeout_s: float = 120.0) -> None:
         """containerd with the images imported (the node's own and `extra`), then kubelet; returns
-        when the node is Ready and schedulable."""
+        when the node is Ready and schedulable. timeout_s bounds containerd's start, and then the
+        kubelet's from when the images are in."""
         built = images.build() + list(extra)
         self.images = built
         containerd = self._spawn("containerd", ["containerd", "--config", str(self._containerd_config(built[0]))])
@@ -163,6 +164,9 @@ state = "{RUN / 'containerd' / 'state'}"
             self.ctr("images", "import", "--base-name", image.base_name, str(image.archive))
             for alias in image.aliases:
                 self.ctr("images", "tag", "--force", image.ref, alias)
+        # The node's own time to Ready starts now: importing the images (hundreds of MB, slower with
+        # the other test worker busy) is not the kubelet's start.
+        deadline = time.monotonic() + timeout_s
         services.start_proxy(self.folder, self.plane.kubeconfig, NODE_NAME, POD_SUBNET, self._spawn,
                              controlplane.cache_bin() / "kube-proxy")
         self.dns = services.ClusterDns(self.folder, NODE_IP, self._spawn)
