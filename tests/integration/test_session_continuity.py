@@ -17,7 +17,7 @@ from drillbook.streamclient import ACK, FAILURE, OTHER_PROCESS, TurnRecord, foll
 
 pytestmark = pytest.mark.integration
 
-QUICK = {"users": "6", "duration_s": "8", "kill_after_s": "3"}
+QUICK = {"users": "12", "duration_s": "8", "kill_after_s": "3"}  # a kill finds streams on its replica
 DROPS_ONLY = {"users": "4", "duration_s": "5", "kill_count": "0"}
 
 

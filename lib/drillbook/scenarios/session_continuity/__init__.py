@@ -24,7 +24,7 @@ class SessionContinuityExperiment(Parameters):
 
 
 class SessionContinuityParameters(Parameters):
-    users: Count = 8
+    users: Count = 12  # enough streams in flight that a kill finds some on the replica it kills
     duration_s: Seconds = 12.0
     max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64  # tokens per turn: long enough to drop mid-stream
     drop_rate: Fraction = 0.5  # share of turns whose client drops the connection at a random token
