@@ -4,15 +4,13 @@ turn with the same idempotency key and keeping a receipt of every acknowledgemen
 Tenants and keys: --tenant-keys / DRILLBOOK_TENANT_KEYS. Host: from the target (--host).
 """
 
-from locust import between, task
+from locust import task
 
-from drillbook.loadkit import AgentClientUser
+from drillbook.loadkit import AgentClientUser, think_time
 
 
 class AgentSessionUser(AgentClientUser):
-    def wait_time(self) -> float:
-        think = self.environment.parsed_options.think_time
-        return between(think * 0.5, think * 1.5)(self) if think > 0 else 0
+    wait_time = think_time
 
     @task
     def turn(self) -> None:

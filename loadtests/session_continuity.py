@@ -6,15 +6,13 @@ with their ids and arrival times, go to the streams file for the drill's audit.
 Tenants and keys: --tenant-keys / DRILLBOOK_TENANT_KEYS. Host: from the target (--host).
 """
 
-from locust import between, task
+from locust import task
 
-from drillbook.loadkit import AgentClientUser
+from drillbook.loadkit import AgentClientUser, think_time
 
 
 class StreamingSessionUser(AgentClientUser):
-    def wait_time(self) -> float:
-        think = self.environment.parsed_options.think_time
-        return between(think * 0.5, think * 1.5)(self) if think > 0 else 0
+    wait_time = think_time
 
     @task
     def streamed_turn(self) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import gevent
-from locust import FastHttpUser, events
+from locust import FastHttpUser, between, events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -198,6 +198,12 @@ def _flush_on_quit(**_: Any) -> None:
     recorder.flush()
 
 
+def think_time(user: "AgentClientUser") -> float:
+    """A Locust wait_time: --think-time, spread by half either way (0: none)."""
+    think = user.environment.parsed_options.think_time
+    return between(think * 0.5, think * 1.5)(user) if think > 0 else 0
+
+
 _tenant_cycle: itertools.cycle[str] | None = None  # users spread over tenants in turn, per process
 
 
@@ -255,15 +261,22 @@ class AgentClientUser(FastHttpUser):
                     response.failure(f"open session: HTTP {response.status_code}")
             gevent.sleep(min(2.0, 0.1 * 2 ** attempt))
 
-    def run_turn(self, max_tokens: int = 0, name: str = "turn") -> None:
-        """One turn, retried with the same idempotency key until acknowledged or out of attempts."""
+    def next_turn(self) -> tuple[str, str] | None:
+        """The next turn's idempotency key and input text, once the session is open (None: it
+        could not be opened)."""
         if self.session_id is None:
             self.on_start()
             if self.session_id is None:
-                return
+                return None
         self.turn_index += 1
-        key = uuid.uuid4().hex
-        text = f"turn {self.turn_index} of {self.session_id}"
+        return uuid.uuid4().hex, f"turn {self.turn_index} of {self.session_id}"
+
+    def run_turn(self, max_tokens: int = 0, name: str = "turn") -> None:
+        """One turn, retried with the same idempotency key until acknowledged or out of attempts."""
+        turn = self.next_turn()
+        if turn is None or self.session_id is None:
+            return
+        key, text = turn
         body = self.api.turn_body_for(text, self.session_id, key, max_tokens)
         path = self.api.turn_path(self.session_id)
         for attempt in range(1, TURN_RETRIES + 1):
@@ -278,7 +291,6 @@ class AgentClientUser(FastHttpUser):
                     return
             gevent.sleep(min(2.0, 0.05 * 2 ** attempt))
 
-
     def stream_turn(self, max_tokens: int, drop_rate: float, handoff_rate: float, deadline_s: float = 30.0) -> None:
         """One streamed turn (api.streams): dropped at a random token with drop_rate, then resumed by
         a new client object that knows only the session and the last event id, or (handoff_rate of
@@ -286,13 +298,10 @@ class AgentClientUser(FastHttpUser):
         and reported to Locust: "stream turn" until its ending, "resume" until the next event."""
         from drillbook.streamclient import TurnRecord, follow_turn
 
-        if self.session_id is None:
-            self.on_start()
-            if self.session_id is None:
-                return
-        self.turn_index += 1
-        key = uuid.uuid4().hex
-        text = f"turn {self.turn_index} of {self.session_id}"
+        turn = self.next_turn()
+        if turn is None or self.session_id is None:
+            return
+        key, text = turn
         streams = self.api.streams
         record = TurnRecord(self.session_id, self.tenant, key, text, time.time())
         dropped = random.random() < drop_rate and max_tokens > 1

@@ -32,8 +32,7 @@ def session_continuity(run: Run, users: int, duration_s: float, max_tokens: int,
                           settings={"think-time": str(think_time_s), "max-tokens": str(max_tokens),
                                     "drop-rate": str(drop_rate), "handoff-rate": str(handoff_rate)})
     run.event("load_flowing", flowing=load.wait_until_flowing())
-    kills: list[tuple[float, float]] = []
-    kills_landed = 0
+    kills: list[tuple[float, float]] = []  # (sent, seen landed) of each kill that was seen to land
     if kill_count:
         time.sleep(kill_after_s)
         result = run.chaos("session-continuity", kill_count=kill_count, kill_signal=kill_signal)
@@ -41,7 +40,6 @@ def session_continuity(run: Run, users: int, duration_s: float, max_tokens: int,
         landing = fault.get("landed") or {}
         if fault.get("at") and landing.get("landed"):
             kills.append((float(fault["at"]), float(landing["at"])))
-            kills_landed = 1
         run.record("killed_replicas", fault.get("replicas", []))
         run.record("experiment_verdict", result.verdict)
     load_result = load.wait()
@@ -59,30 +57,16 @@ def session_continuity(run: Run, users: int, duration_s: float, max_tokens: int,
     audits = [audit_turn(record, stored.get(record.turn_key, []), kills, api.streams.separator) for record in records]
     figures = continuity_figures(audits)
     turns = load_result.requests[load_result.requests["name"] == "stream turn"]
-    run.record("turns", figures.turns)
+    for name, value, unit in figures.records():
+        run.record(name, value, unit)
     run.record("turns_handed_off", len(handed))
-    run.record("acknowledged_turns", figures.acknowledged)
-    run.record("failed_turns", figures.failed)
-    run.record("failed_turns_at_kill", figures.failed_at_kill)
-    run.record("failure_reasons", figures.reasons)
-    run.record("orphaned_turns", figures.orphaned)
-    run.record("turns_cancelled_by_client", figures.cancelled_by_client)
-    run.record("tokens_checked", figures.tokens_checked)
-    run.record("tokens_lost", figures.tokens_lost)
-    run.record("tokens_duplicated", figures.tokens_duplicated)
-    run.record("repeated_event_ids", figures.repeated_event_ids)
-    run.record("streams_dropped", figures.dropped)
-    run.record("resumes", figures.resumes)
-    run.record("resume_p50_ms", figures.resume_p50_ms, "ms")
-    run.record("resume_p95_ms", figures.resume_p95_ms, "ms")
-    run.record("resume_p99_ms", figures.resume_p99_ms, "ms")
     hit = hit_by_kills(records, kills)
     run.record("streams_hit_by_kill", hit)
     run.record("stream_turns_per_s", len(turns) / duration_s if duration_s else None, "/s")
     run.record("percentile_definition", PERCENTILE)
     run.keep(judge_continuity(figures, resumable=api.streams.resume is not None, drops_planned=drop_rate > 0,
                               replies_offered=api.streams.stored_reply is not None,
-                              kills_planned=kill_count, kills_landed=kills_landed, streams_hit_by_kill=hit,
+                              kills_planned=kill_count, kills_landed=len(kills), streams_hit_by_kill=hit,
                               max_resume_p95_ms=max_resume_p95_ms, max_failed_rate=max_failed_rate))
     return {"figures": figures}
 

@@ -145,6 +145,18 @@ class ContinuityFigures:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+    def records(self) -> list[tuple[str, object, str]]:
+        """(name, value, unit) of every figure, as the run records them."""
+        return [("turns", self.turns, ""), ("acknowledged_turns", self.acknowledged, ""),
+                ("failed_turns", self.failed, ""), ("failed_turns_at_kill", self.failed_at_kill, ""),
+                ("failure_reasons", self.reasons, ""), ("orphaned_turns", self.orphaned, ""),
+                ("turns_cancelled_by_client", self.cancelled_by_client, ""), ("tokens_checked", self.tokens_checked, ""),
+                ("tokens_lost", self.tokens_lost, ""), ("tokens_duplicated", self.tokens_duplicated, ""),
+                ("repeated_event_ids", self.repeated_event_ids, ""), ("streams_dropped", self.dropped, ""),
+                ("resumes", self.resumes, ""), ("resume_p50_ms", self.resume_p50_ms, "ms"),
+                ("resume_p95_ms", self.resume_p95_ms, "ms"), ("resume_p99_ms", self.resume_p99_ms, "ms")]
+
+
 def _ms(values: Sequence[float], quantile: float) -> float | None:
     return percentile(values, quantile) * 1000 if values else None
 
