@@ -107,7 +107,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
         try:
             if on_start:
                 on_start(bundle.path)
-            with hermetic(scratch / "home") as kernel, SHUTDOWN.gently(interrupt_kernels):
+            with hermetic(scratch / KERNEL_HOME) as kernel, SHUTDOWN.gently(interrupt_kernels):
                 try:
                     papermill.execute_notebook(
                         str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
@@ -222,6 +222,7 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
     return summary
 
 
+KERNEL_HOME = "home"  # in a run's scratch folder: the kernel's hermetic folder
 NOT_SEALED = "not-sealed.txt"  # in a run's scratch folder: why its runner could not seal it
 REASON_MAX = 300
 
@@ -236,6 +237,7 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
                 ending: RunEnding) -> dict[str, Any]:
     """Copy the run's files into the bundle, merge its timeline, and write its summary: the
     notebook's own when it finished, else one built from what it had recorded so far."""
+    from drillbook.kernel import KERNEL_LOG
     from drillbook.timeline import TIMELINE
 
     if profile.path.is_file():
@@ -257,6 +259,9 @@ def collect_run(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", 
     summary_path.unlink(missing_ok=True)
     bundle.write_json("summary.json", summary)
     bundle.copy_tree(work, ".")
+    kernel_log = work.parent / KERNEL_HOME / KERNEL_LOG
+    if kernel_log.is_file() and kernel_log.stat().st_size:  # what the kernel said outside its cells
+        bundle.copy_file(kernel_log, KERNEL_LOG)
     return summary
 
 

@@ -21,17 +21,23 @@ from typing import Any, Iterator
 KERNEL_NAME = "drillbook"
 HERMETIC_DIRS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR")
 _LIVE: list[Any] = []  # kernel managers started in this process
+KERNEL_LOG = "kernel.log"  # the kernel's stderr, in its hermetic folder; kept with the run's evidence
 
 
-def _manager_class() -> type:
+def _manager_class(log: Path) -> type:
     from jupyter_client.manager import AsyncKernelManager
 
     class RunKernelManager(AsyncKernelManager):  # type: ignore[misc]
-        """A kernel manager that the shutdown path can find."""
+        """A kernel manager that the shutdown path can find, whose kernel writes its own log (and
+        anything its cells' processes write to the kernel's stderr) to log, not to the terminal."""
 
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             _LIVE.append(self)
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            with open(log, "ab") as stderr:  # the kernel holds its own copy of the descriptor
+                await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": stderr})
 
     return RunKernelManager
 
@@ -71,7 +77,7 @@ def forget_kernels() -> None:
 @contextmanager
 def hermetic(folder: Path) -> Iterator[dict[str, Any]]:
     """For the duration: the environment the kernel inherits points into folder; yields papermill's
-    keyword arguments that select the kernel."""
+    keyword arguments that select the kernel. The kernel's stderr goes to folder/KERNEL_LOG."""
     from traitlets.config import Config
 
     from drillbook.config import ENV_HOME, project_dir
@@ -93,7 +99,7 @@ def hermetic(folder: Path) -> Iterator[dict[str, Any]]:
             if name in HERMETIC_DIRS:
                 Path(value).mkdir(parents=True, exist_ok=True)
             os.environ[name] = value
-        yield {"kernel_name": KERNEL_NAME, "config": kernel, "kernel_manager_class": _manager_class()}
+        yield {"kernel_name": KERNEL_NAME, "config": kernel, "kernel_manager_class": _manager_class(folder / KERNEL_LOG)}
     finally:
         for name, value in saved.items():
             if value is None:

@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from drillbook.sandbox.client import TenantClient
 from tests.helpers import wait_for
@@ -46,13 +47,27 @@ def test_slow_model_load_keeps_the_model_unready_for_longer(sandbox_factory):
 
 
 def test_no_fair_sharing_lets_a_flood_delay_another_tenant(sandbox_factory):
-    """One GPU slot; the aggressor queues 6 long generations, then the victim asks for one."""
+    """One GPU slot; the aggressor queues 6 long generations, then the victim asks for one.
 
-    def victim_wait(defects: list[str]) -> float:
+    The victim's wait is what the model server measured it queued for a slot, not the wall clock
+    of its request through gateway and agent, and the victim asks only once the flood is seen
+    queued at the model server: on a busy machine both would otherwise blur the two runs together.
+    """
+
+    def victim_queue_wait(defects: list[str]) -> float:
         handle = sandbox_factory(gpu_slots=1, tokens_per_second=100, max_tokens=10, defects=defects)
         keys = handle.tenant_keys
+        with handle.control() as control:
+            model_url = control.status()["services"]["model"]["replicas"][0]["url"]
 
-        async def scenario() -> float:
+        def model_sample(name: str, tenant: str) -> float:
+            text = httpx.get(f"{model_url}/metrics", timeout=10,
+                             headers={"X-Drillbook-Internal-Token": handle.runtime.internal_token}).text
+            return sum(sample.value for family in text_string_to_metric_families(text)
+                       for sample in family.samples
+                       if sample.name == name and sample.labels.get("tenant") == tenant)
+
+        async def scenario() -> None:
             async with httpx.AsyncClient(base_url=handle.gateway_url, timeout=60) as http:
                 async def session(key: str) -> str:
                     r = await http.post("/v1/sessions", headers={"Authorization": f"Bearer {key}"})
@@ -63,19 +78,23 @@ def test_no_fair_sharing_lets_a_flood_delay_another_tenant(sandbox_factory):
                 flood = [asyncio.create_task(http.post(f"/v1/sessions/{s}/turns", json={"input": "long"},
                                                        headers={"Authorization": f"Bearer {keys['tenant-a']}"}))
                          for s in aggressor_sessions]
-                await asyncio.sleep(0.15)  # the flood is queued at the model server
-                started = time.monotonic()
+                deadline = time.monotonic() + 10
+                while model_sample("drillbook_model_queue_depth", "tenant-a") < 5:  # one holds the slot
+                    assert time.monotonic() < deadline, "the flood never queued at the model server"
+                    await asyncio.sleep(0.01)
                 victim = await http.post(f"/v1/sessions/{victim_session}/turns", json={"input": "short"},
                                          headers={"Authorization": f"Bearer {keys['tenant-b']}"})
-                elapsed = time.monotonic() - started
                 assert victim.status_code == 200
                 await asyncio.gather(*flood)
-                return elapsed
 
-        return asyncio.run(scenario())
+        asyncio.run(scenario())
+        # 10 tokens in chunks of 4: the victim's generation queued three times
+        assert model_sample("drillbook_model_queue_wait_seconds_count", "tenant-b") == 3
+        return model_sample("drillbook_model_queue_wait_seconds_sum", "tenant-b")
 
-    fair, unfair = victim_wait([]), victim_wait(["no-fair-sharing"])
-    # 10 tokens at 100/s = 0.1 s per generation: fair waits for about one, unfair for about six.
+    fair, unfair = victim_queue_wait([]), victim_queue_wait(["no-fair-sharing"])
+    # A chunk holds the slot 0.04 s. Fair: each of the victim's chunks waits for at most the one
+    # in the slot. First come first served: each waits behind the five queued before it.
     assert unfair > fair * 2.5, (fair, unfair)
 
 
