@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Each action in words; what changes the target is in capitals, so that it stands out.
 ACTIONS = {"status": "read the status of", "pods": "read the metrics of", "kill": "KILL replicas of",
            "scale": "SCALE", "backup": "BACK UP", "restore": "RESTORE", "destroy": "DESTROY",
-           "limit": "LOWER the limit of"}
+           "limit": "LOWER the limit of", "claim": "CLAIM", "run": "RUN CODE in"}
 
 
 def _ha(values: dict[str, Any]) -> dict[tuple[str, str], str]:
@@ -63,9 +63,29 @@ def _shed(values: dict[str, Any]) -> dict[tuple[str, str], str]:
     return {("tenants", "limit"): f"{values.get('tenant')!r} ({change}): the runbook {mode}"}
 
 
+def _claim_burst(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {("sandboxes", "claim"): f"the warm pool's size plus {values.get('beyond_pool')} at once, beside "
+                                    f"{values.get('working_sessions')} working session(s); all released at the end"}
+
+
+def _sandbox_loss(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    service = "; then KILL the sandbox service itself (every tenant's sandboxes die with it)" \
+        if values.get("kill_service") else ""
+    return {("sandboxes", "kill"): f"{values.get('sandbox_kills')} of {values.get('sessions')} session(s)' "
+                                   f"sandboxes, each mid-run{service}",
+            ("sandboxes", "claim"): f"{values.get('sessions')} session(s), each writing {values.get('files')} file(s)"}
+
+
+def _isolation(values: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {("sandboxes", "run"): f"escape probes in one tenant's sandbox (loopback ports and the platform's "
+                                  f"files only; {values.get('memory_mib')} MiB, {values.get('processes')} processes, "
+                                  f"{values.get('cpu_workers')} busy processes for {values.get('cpu_s')}s)"}
+
+
 DETAILS: dict[str, Callable[[dict[str, Any]], dict[tuple[str, str], str]]] = {
     "ha-replica-loss": _ha, "cold-start": _cold, "noisy-neighbour": _noisy, "restore-drill": _restore,
-    "restore-agent-state": _restore_agent_state, "shed-noisy-tenant": _shed, "session-continuity": _continuity}
+    "restore-agent-state": _restore_agent_state, "shed-noisy-tenant": _shed, "session-continuity": _continuity,
+    "sandbox-claim-burst": _claim_burst, "sandbox-loss": _sandbox_loss, "sandbox-isolation": _isolation}
 LOAD = {"ha-replica-loss": ("users", "duration_s"), "noisy-neighbour": ("victim_sessions", "burst_s"),
         "session-continuity": ("users", "duration_s")}
 
@@ -90,7 +110,8 @@ def blast_radius(spec: "RunSpec") -> list[str]:
                          f"  {where} ({action}) is not described by this profile: the run would be refused")
             continue
         detail = details.get((where, action))
-        lines.append(f"  {ACTIONS.get(action, action.upper())} {found}" + (f": {detail}" if detail else ""))
+        verb = "KILL" if (where, action) == ("sandboxes", "kill") else ACTIONS.get(action, action.upper())
+        lines.append(f"  {verb} {found}" + (f": {detail}" if detail else ""))
         rights = rights_taken(profile, where, action)
         if rights:
             lines.append(f"      with the rights: {rights}")

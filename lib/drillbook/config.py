@@ -45,6 +45,10 @@ class Defect(str, enum.Enum):
     # Streams that do not outlive their client.
     NO_STREAM_RESUME = "no-stream-resume"  # a reconnect starts the turn again: tokens repeated, the turn stored twice
     TURN_DIES_WITH_CLIENT = "turn-dies-with-client"  # a dropped connection cancels the turn it was streaming
+    # Code sandboxes that do not hold.
+    NO_ISOLATION = "no-isolation"  # code runs as a plain subprocess of the sandbox service
+    NO_WARM_POOL = "no-warm-pool"  # no sandbox is kept warm: every claim boots one
+    WORKSPACE_LOST = "workspace-lost"  # a session's workspace dies with its sandbox
 
 
 SLOW_MODEL_LOAD_S = 8.0
@@ -95,6 +99,17 @@ class SandboxConfig(StrictModel):
     activation_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
         60.0, description="how long the gateway holds a request while a service starts"
     )
+    codeboxes: Annotated[int, Field(ge=0, le=1)] = Field(1, description="code sandbox service replicas (0 or 1)")
+    codebox_pool: Annotated[int, Field(ge=0, le=64)] = Field(10, description="code sandboxes kept warm")
+    codebox_boot_s: Annotated[float, Field(ge=0, le=600)] = Field(
+        1.0, description="time a code sandbox takes to boot (simulated image and runtime start)")
+    codebox_boot_concurrency: Annotated[int, Field(ge=1, le=64)] = Field(
+        2, description="code sandboxes booting at once (a node starts so many at a time)")
+    codebox_idle_s: Annotated[float, Field(gt=0, le=86400)] = Field(
+        300.0, description="an idle claim is released after this long")
+    codebox_memory_mib: Annotated[int, Field(ge=16, le=65536)] = Field(256, description="memory per code sandbox")
+    codebox_pids: Annotated[int, Field(ge=8, le=65536)] = Field(64, description="processes per code sandbox")
+    codebox_cpus: Annotated[float, Field(gt=0, le=64)] = Field(0.5, description="CPUs per code sandbox")
     defects: list[Defect] = Field(default_factory=list, description="built-in defects to switch on")
     aggressor_tenant: str | None = Field(None, description="tenant the aggressor service floods as (default: last)")
     aggressor_concurrency: Annotated[int, Field(ge=1, le=256)] = Field(

@@ -43,7 +43,7 @@ def test_the_commands_target_docs_name_every_command_a_declared_runbook_runs():
     for runbook, needs, _ in declared_needs():
         assert f"`{runbook}`" in docs, runbook
         for where, action in needs:
-            if action in ("pods", "limit") or where == "tenants":
+            if action in ("pods", "limit") or where in ("tenants", "sandboxes"):
                 continue  # offered by no commands target: the docs say what is left empty
             field = f"workload.store.{action}" if where == STORE else f"workload.{where}.commands.{action}"
             assert f"`{field}`" in docs, f"{runbook} needs {field}"

@@ -1,7 +1,8 @@
 """The one address clients use: tenant auth, per-tenant rate limits, routing, safe retries, activation.
 
 - ``/v1/sessions...`` needs ``Authorization: Bearer <tenant key>`` (401 otherwise) and goes to
-  the agent tier with the tenant in a trusted header.
+  the agent tier with the tenant in a trusted header; ``/v1/sessions/{id}/sandbox...`` goes to
+  the code sandbox tier the same way.
 - ``/internal/v1/generate`` needs the internal token and goes to the model tier.
 - Endpoints come from the supervisor by long-poll watch, like Endpoints in Kubernetes.
 - A request that finds no ready replica is held while the tier starts; a tier scaled to zero is
@@ -33,6 +34,7 @@ log = logging.getLogger("drillbook.gateway")
 
 AGENT_TIER = "agent"
 MODEL_TIER = "model"
+CODEBOX_TIER = "codebox"
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "authorization",
                HEADER_TENANT.lower(), HEADER_INTERNAL_TOKEN.lower()}
 MAX_ATTEMPTS = 6
@@ -111,7 +113,7 @@ class Gateway:
         self.buckets = {tenant: TokenBucket(config.rate_limit_rps / share, config.rate_limit_burst,
                                             tokens=config.rate_limit_burst)
                         for tenant in runtime.tenant_keys}
-        self.tiers = {AGENT_TIER: Tier(AGENT_TIER), MODEL_TIER: Tier(MODEL_TIER)}
+        self.tiers = {AGENT_TIER: Tier(AGENT_TIER), MODEL_TIER: Tier(MODEL_TIER), CODEBOX_TIER: Tier(CODEBOX_TIER)}
         self.control_headers = {"Authorization": f"Bearer {runtime.control_token}"}
         self.internal_headers = {HEADER_INTERNAL_TOKEN: runtime.internal_token}
         self.activations: dict[str, asyncio.Task[None]] = {}
@@ -338,6 +340,12 @@ class Gateway:
 
     # -- routes ------------------------------------------------------------------------------
     async def tenant_route(self, request: web.Request) -> web.StreamResponse:
+        return await self._tenant_request(request, AGENT_TIER)
+
+    async def sandbox_route(self, request: web.Request) -> web.StreamResponse:
+        return await self._tenant_request(request, CODEBOX_TIER)
+
+    async def _tenant_request(self, request: web.Request, tier: str) -> web.StreamResponse:
         auth = request.headers.get("Authorization", "")
         tenant = self.tenants_by_key.get(key_digest(auth.removeprefix("Bearer ").strip())) if auth.startswith("Bearer ") else None
         if tenant is None:
@@ -349,7 +357,7 @@ class Gateway:
             return web.json_response({"error": f"rate limit exceeded for tenant {tenant}"}, status=429,
                                      headers={"Retry-After": f"{max(1, round(wait))}"})
         started = time.monotonic()
-        response = await self.forward(request, self.tiers[AGENT_TIER], {HEADER_TENANT: tenant, **self.internal_headers})
+        response = await self.forward(request, self.tiers[tier], {HEADER_TENANT: tenant, **self.internal_headers})
         took = time.monotonic() - started
         self.requests.labels(tenant, str(response.status)).inc()
         self.latency.labels(tenant).observe(took)
@@ -386,6 +394,8 @@ async def create_app(ctx: ServiceContext) -> web.Application:
     app.router.add_get("/healthz", gateway.healthz)
     app.router.add_get("/metrics", gateway.metrics_text)
     app.router.add_route("*", "/v1/sessions", gateway.tenant_route)
+    app.router.add_route("*", "/v1/sessions/{session_id}/sandbox", gateway.sandbox_route)
+    app.router.add_route("*", "/v1/sessions/{session_id}/sandbox/{tail:.*}", gateway.sandbox_route)
     app.router.add_route("*", "/v1/sessions/{tail:.*}", gateway.tenant_route)
     app.router.add_post("/internal/v1/generate", gateway.inference_route)
     app.router.add_get("/internal/v1/slowest", gateway.slowest_route)

@@ -127,6 +127,7 @@ class Supervisor:
             "model": Service("model", config.models),
             "agent": Service("agent", config.agents),
             "gateway": Service("gateway", config.gateways),
+            "codebox": Service("codebox", config.codeboxes),  # code sandboxes for sessions
             "aggressor": Service("aggressor", 0),  # a noisy tenant, started by experiments
         }
         self.events = EventLog(runtime.events_file)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 STORE = "store"  # where a scenario acts on the state store (backup, restore, destroy: the store commands)
+SANDBOXES = "sandboxes"  # where a scenario acts on code sandboxes (claim, run, kill: the CodeSandboxes capability)
 OPTIONAL_TIERS = ("inference",)  # a workload without one has nothing there to act on (cold start scales if present)
 Needs = tuple[tuple[str, str], ...]  # what a runbook does to a target (drillbook.scenarios.Scenario.needs)
 
@@ -92,3 +93,27 @@ class StoreCatalog(Protocol):
 
     def store_sessions(self) -> list[dict[str, Any]]:
         """Every stored session: session_id, turns, chain_ok."""
+
+
+@runtime_checkable
+class CodeSandboxes(Protocol):
+    """Code sandboxes for sessions (the sandbox drills): a tenant's new session with its sandbox
+    client, the operator's view of every sandbox, killing one, and what an escape from one would
+    reach (the platform's own loopback ports and files, for the isolation probes)."""
+
+    def sandbox_session(self, tenant: str) -> Any:
+        """A new session of the tenant's (drillbook.codeboxes.SandboxSession)."""
+
+    def sandbox_fleet(self) -> dict[str, Any]:
+        """{"at", "pool": {"size", "warm"}, "sandboxes": [{"id", "pid", "state", "session", ...}],
+        "isolation": {"namespaces", "limits", "why_not"}, "events": [...]}, read now."""
+
+    def kill_sandbox(self, sandbox_id: str, signal: str = "SIGKILL") -> dict[str, Any]: ...
+
+    def sandbox_alive(self, sandbox: dict[str, Any]) -> bool | None:
+        """Whether a sandbox of the fleet still runs, seen apart from the platform's own word
+        (its process, here); None where the target cannot tell."""
+
+    def escape_targets(self, tenant: str, session: str) -> list[dict[str, Any]]:
+        """What an escape from a sandbox would reach: {"name", "kind": "tcp" | "read" | "write",
+        "address"} each; a tenant's session names whose kept workspace counts as another's."""

@@ -16,7 +16,7 @@ from typing import Any
 from drillbook.errors import ConfigError, TargetUnreachable
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import ROLES, RoleCommands
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, TargetCheck, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, SANDBOXES, STORE, TargetCheck, Needs
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
@@ -50,7 +50,10 @@ class CommandsTarget(ProfileTarget):
     def undeclared(self, needs: Needs) -> list[str]:
         why = []
         for where, action in self._asked(needs):
-            if action == "limit":
+            if where == SANDBOXES:
+                if "no code sandboxes: a commands target offers none yet" not in why:
+                    why.append("no code sandboxes: a commands target offers none yet")
+            elif action == "limit":
                 why.append("a commands target offers no tenant limits")
             elif not self._line(where, action):
                 why.append(f"no {where} {action} command")
@@ -60,7 +63,7 @@ class CommandsTarget(ProfileTarget):
         """A command for every action, its program found; the agent's status answering."""
         why = self.undeclared(needs)
         for where, action in self._asked(needs):
-            line = self._line(where, action) if action != "limit" else None
+            line = self._line(where, action) if action != "limit" and where != SANDBOXES else None
             if line and (problem := command_found(line, self.profile.folder)) is not None:
                 why.append(f"{where} {action}: {problem}")
         if any(where == "agent" for where, _ in needs) and self._line("agent", "status"):

@@ -13,7 +13,7 @@ from typing import Any
 
 from drillbook.errors import ConfigError
 from drillbook.profile import ROLES, LoadedProfile
-from drillbook.targets.capabilities import OPTIONAL_TIERS, STORE, TargetCheck, Needs
+from drillbook.targets.capabilities import OPTIONAL_TIERS, SANDBOXES, STORE, TargetCheck, Needs
 from drillbook.targets.platform import model_server_metrics
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.targets.store import ProfileTarget
@@ -171,6 +171,8 @@ class KubernetesTarget(ProfileTarget):
     def undeclared(self, needs: Needs) -> list[str]:
         if any(where == STORE for where, _ in needs) and self.profile.spec.workload.store is None:
             return ["no workload.store commands"]
+        if any(where == SANDBOXES for where, _ in needs):
+            return ["no code sandboxes: a kubernetes target offers none yet"]
         return []
 
     def readings(self) -> list[Any]:
@@ -197,6 +199,8 @@ class KubernetesTarget(ProfileTarget):
         """Every right each action takes, asked in the namespaces where it acts; the store's commands."""
         why: list[str] = []
         for where, action in needs:
+            if where == SANDBOXES:
+                continue  # not offered (undeclared says so)
             if where == STORE:
                 reason = "no workload.store commands"
                 if self.profile.spec.workload.store is None and reason not in why:

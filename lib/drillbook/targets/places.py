@@ -21,6 +21,8 @@ def place(profile: "LoadedProfile", where: str, action: str) -> str:
             namespaces = sorted(str(ref.namespace) for ref in spec.tenants.values() if ref.namespace)
             return f"a tenant (its ResourceQuota, in one of {', '.join(namespaces)})" if namespaces else ""
         return "a tenant (its rate limit at the gateway)"
+    if where == "sandboxes":
+        return "code sandboxes of sandbox service codebox" if profile.kind == "sandbox" else ""
     if where == "store":
         if profile.kind == "sandbox":
             return "the sandbox's state store, through its supervisor"

@@ -179,6 +179,64 @@ class SandboxTarget:
     def replica_urls(self, role: str) -> list[str]:
         return [r["url"] for r in self._status(role)["replicas"] if r["url"]]
 
+    # CodeSandboxes: the codebox service's sandboxes, through the gateway and its internal routes
+    def sandbox_session(self, tenant: str) -> Any:
+        from drillbook.codeboxes import new_session
+
+        gateway, keys = self.gateway()
+        return new_session(gateway, self.api.auth(keys[tenant]), tenant)
+
+    def _codebox(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        import httpx
+
+        urls = self.replica_urls("codebox")
+        if not urls:
+            raise RuntimeError("the code sandbox service has no running replica")
+        answer = httpx.request(method, urls[0] + path, timeout=30, **kwargs,
+                               headers={"X-Drillbook-Internal-Token": self.handle.runtime.internal_token})
+        answer.raise_for_status()
+        return answer.json()
+
+    def sandbox_fleet(self) -> dict[str, Any]:
+        return self._codebox("GET", "/internal/v1/sandboxes")
+
+    def kill_sandbox(self, sandbox_id: str, signal: str = "SIGKILL") -> dict[str, Any]:
+        return self._codebox("POST", f"/internal/v1/sandboxes/{sandbox_id}/kill", json={"signal": signal})
+
+    def sandbox_alive(self, sandbox: dict[str, Any]) -> bool | None:
+        from drillbook.processes import start_ticks
+
+        return None if not sandbox.get("pid") else start_ticks(int(sandbox["pid"])) is not None
+
+    def escape_targets(self, tenant: str, session: str) -> list[dict[str, Any]]:
+        """The platform's loopback ports (gateway, control API, every replica) and files (the
+        runtime file with its keys, the store, another session's kept workspace), and places to
+        write outside a workspace."""
+        from urllib.parse import urlsplit
+
+        runtime, state = self.handle.runtime, self.handle.state_dir
+        found = [{"name": "gateway", "kind": "tcp", "address": urlsplit(self.handle.gateway_url).netloc},
+                 {"name": "control API", "kind": "tcp", "address": urlsplit(self.handle.control_url).netloc}]
+        with self._control() as control:
+            services = control.status()["services"]
+        for name, service in sorted(services.items()):
+            for replica in service["replicas"]:
+                if replica.get("url"):
+                    found.append({"name": f"{name} {replica['id']}", "kind": "tcp",
+                                  "address": urlsplit(replica["url"]).netloc})
+        if runtime.config.store == "postgres" and runtime.config.dsn:
+            dsn = urlsplit(runtime.config.dsn)
+            found.append({"name": "store", "kind": "tcp", "address": f"{dsn.hostname}:{dsn.port or 5432}"})
+        found += [{"name": "platform secrets (runtime file)", "kind": "read", "address": str(state / "runtime.json")},
+                  {"name": "another session's workspace", "kind": "read",
+                   "address": str(state / "codebox" / "workspaces" / tenant / session)},
+                  {"name": "the platform's state folder", "kind": "write", "address": str(state)},
+                  {"name": "the system's temporary folder", "kind": "write", "address": "/tmp"},
+                  {"name": "/usr", "kind": "write", "address": "/usr"}]
+        if runtime.config.store == "sqlite":
+            found.append({"name": "store", "kind": "read", "address": str(runtime.store_path)})
+        return found
+
     # TenantMetrics: the model server's per-tenant metrics
     def tenant_metrics(self) -> dict[str, dict[str, float]]:
         return model_server_metrics(self.replica_urls("inference"), self.handle.runtime.internal_token)
