@@ -35,7 +35,7 @@ class Defect(str, enum.Enum):
     SLOW_MODEL_LOAD = "slow-model-load"  # model server takes SLOW_MODEL_LOAD_S to become ready
     NO_BACKUPS = "no-backups"  # backup requests are accepted but nothing is written
     # Defects that lie: the platform answers as if it had done the thing, and did not.
-    NOOP_KILL = "noop-kill"  # the control API says it killed replicas; nothing dies
+    NOOP_KILL = "noop-kill"  # the control API says it killed replicas (or a code sandbox); nothing dies
     NOOP_DESTROY = "noop-destroy"  # the disaster is acknowledged; the store is untouched
     NOOP_RESTORE = "noop-restore"  # a restore reports success; nothing is restored
     EMPTY_BACKUPS = "empty-backups"  # backups are written, claim the store's counts, and hold an empty store

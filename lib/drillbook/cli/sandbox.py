@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from drillbook.cli.app import StateDirOption, app, console, err_console
-from drillbook.config import SandboxConfig, build, default_pg_dsn, state_dir
+from drillbook.config import Defect, SandboxConfig, build, default_pg_dsn, state_dir
 from drillbook.errors import DrillbookError
 
 sandbox_app = typer.Typer(no_args_is_help=True, help="The local reference agent platform (127.0.0.1 only).")
@@ -30,9 +30,8 @@ def sandbox_up(
     tenant: list[str] = typer.Option(["tenant-a", "tenant-b"], "--tenant", help="Tenant name (repeat)."),
     rate_limit: float = typer.Option(1000.0, help="Requests per second per tenant at the gateway."),
     gateway_port: int = typer.Option(0, help="Gateway port on 127.0.0.1; 0 picks a free one."),
-    defect: list[str] = typer.Option([], "--defect", help="Switch on a built-in defect (repeat): no-fair-sharing, "
-                                     "no-retries, no-idempotency, slow-model-load, no-backups; and defects that lie: noop-kill, "
-                                     "noop-destroy, noop-restore, empty-backups, slow-restart, stale-status."),
+    defect: list[str] = typer.Option([], "--defect", help="Switch on a built-in defect (repeat): "
+                                     + ", ".join(d.value for d in Defect) + "."),
     state: Optional[Path] = StateDirOption,
     as_json: bool = typer.Option(False, "--json", help="Print the connection details as JSON."),
 ) -> None:

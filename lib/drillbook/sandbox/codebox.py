@@ -13,7 +13,8 @@ never left stuck, and the session's next call claims another. The platform's ope
 drillbook) list sandboxes and kill them on the internal routes, with the internal token.
 
 Isolation is drillbook.sandbox.isolation's: bubblewrap and cgroups. Defects: no-isolation (code
-runs as a plain subprocess), no-warm-pool (every claim boots), workspace-lost (nothing persisted).
+runs as a plain subprocess), no-warm-pool (every claim boots), workspace-lost (nothing persisted),
+and noop-kill (a sandbox kill is answered, and nothing dies).
 """
 
 from __future__ import annotations
@@ -415,10 +416,11 @@ class CodeboxService:
         if name not in ("SIGKILL", "SIGTERM"):
             return web.json_response({"error": "signal is SIGKILL or SIGTERM"}, status=400)
         self.event("kill_asked", sandbox=sandbox.id, session=sandbox.session, signal=name)
-        try:
-            os.killpg(sandbox.process.pid, getattr(signal, name))
-        except ProcessLookupError:
-            pass
+        if not self.config.has(Defect.NOOP_KILL):  # the lie: answered as killed, and nothing dies
+            try:
+                os.killpg(sandbox.process.pid, getattr(signal, name))
+            except ProcessLookupError:
+                pass
         return web.json_response({"sandbox_id": sandbox.id, "pid": sandbox.pid, "signal": name})
 
     async def ready(self, request: web.Request) -> web.Response:
