@@ -12,11 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from drillbook.evidence import verify_path
 from drillbook.execute import execute
-from drillbook.gameday import run_gameday
+from drillbook.gameday import load_plan, plan_path, run_gameday
 from drillbook.processes import start_ticks
 from drillbook.sandbox import launcher
 from drillbook.sandbox.isolation import bwrap_path
@@ -80,11 +79,9 @@ def test_a_sandbox_is_walled_in_and_its_session_alone_may_use_it(sandbox_factory
                           ).json()["stdout"] == "mine\n"
 
 
-def test_the_three_drills_pass_in_a_game_day_on_the_reference_platform(tmp_path):
-    plan = tmp_path / "sandboxes.yaml"
-    plan.write_text(yaml.safe_dump({"name": "sandboxes", "target": "sandbox", "runbooks": [
-        {"runbook": "sandbox-claim-burst"}, {"runbook": "sandbox-loss"},
-        {"runbook": "sandbox-isolation", "parameters": QUICK_ISOLATION}]}))
+def test_the_three_drills_pass_in_their_game_day_on_the_reference_platform(tmp_path):
+    plan = plan_path("code-sandboxes")
+    assert [r.runbook for r in load_plan(plan).runbooks] == ["sandbox-claim-burst", "sandbox-loss", "sandbox-isolation"]
     result = run_gameday(plan, tmp_path / "state", tmp_path / "results")
     assert result.passed, [(runbook, verdict, str(bundle)) for runbook, verdict, bundle in result.runs]
     bundles = {runbook: bundle for runbook, _, bundle in result.runs}

@@ -77,8 +77,11 @@ def sandbox_argv(workspace: Path, init: Path) -> list[str]:
 
 
 def plain_argv(init: Path) -> list[str]:
-    """The no-isolation defect: the init program as a plain subprocess of the service."""
-    return [shutil.which("python3") or PYTHON_INSIDE, "-I", "-S", str(init)]
+    """The no-isolation defect: the init program as a plain subprocess of the service (with the
+    same Python a sandbox has, where there is one, so that the two differ by their walls alone)."""
+    import sys
+
+    return [PYTHON_INSIDE if Path(PYTHON_INSIDE).exists() else sys.executable, "-I", "-S", str(init)]
 
 
 @dataclass
