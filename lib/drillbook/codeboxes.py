@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+PATHS = {"claim": "/v1/sessions/{session}/sandbox", "run": "/v1/sessions/{session}/sandbox/runs",
+         "release": "/v1/sessions/{session}/sandbox"}  # the reference platform's; a profile may name others
 OUTPUT_KEPT = 64 * 1024  # of a run's stdout, as the sandbox cuts it too
 
 
@@ -53,11 +55,11 @@ class SandboxSession:
     """A tenant's session and its code sandbox, through the platform's API."""
 
     def __init__(self, base_url: str, headers: dict[str, str], tenant: str, session_id: str,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, paths: dict[str, str] | None = None) -> None:
         self.http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
         self.tenant = tenant
         self.session_id = session_id
-        self.path = f"/v1/sessions/{session_id}/sandbox"
+        self.paths = {op: path.replace("{session}", session_id) for op, path in {**PATHS, **(paths or {})}.items()}
 
     def close(self) -> None:
         self.http.close()
@@ -81,14 +83,13 @@ class SandboxSession:
                            str(data.get("stdout", ""))[:OUTPUT_KEPT], error[:300])
 
     def claim(self) -> SandboxCall:
-        return self._call("claim", "POST", self.path)
+        return self._call("claim", "POST", self.paths["claim"])
 
     def run(self, code: str, language: str = "python", timeout_s: float = 30.0) -> SandboxCall:
-        return self._call("run", "POST", self.path + "/runs",
-                          {"code": code, "language": language, "timeout_s": timeout_s})
+        return self._call("run", "POST", self.paths["run"], {"code": code, "language": language, "timeout_s": timeout_s})
 
     def release(self) -> SandboxCall:
-        return self._call("release", "DELETE", self.path)
+        return self._call("release", "DELETE", self.paths["release"])
 
 
 # Code a session runs to read its workspace back: each file's path and sha256, as one JSON line.
@@ -124,11 +125,16 @@ def digests_of(call: SandboxCall) -> dict[str, str] | None:
     return found if isinstance(found, dict) else None
 
 
-def new_session(base_url: str, headers: dict[str, str], tenant: str) -> SandboxSession:
-    """A new agent session of the tenant's, with its sandbox client."""
-    answer = httpx.post(base_url + "/v1/sessions", headers=headers, timeout=30)
-    answer.raise_for_status()
-    return SandboxSession(base_url, headers, tenant, answer.json()["session_id"])
+def new_session(base_url: str, api: Any, key: str, tenant: str, paths: dict[str, str] | None = None
+                ) -> SandboxSession:
+    """A new agent session of the tenant's (opened as the profile's agent API says), with its
+    sandbox client."""
+    from drillbook.agentapi import open_session
+
+    headers = api.auth(key)
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
+        session_id = open_session(http, api)
+    return SandboxSession(base_url, headers, tenant, session_id, paths=paths)
 
 
 

@@ -73,6 +73,9 @@ def notebook_parameters(path: Path) -> dict[str, Parameter]:
     return found
 
 
+BOOLEAN_WORDS = {"true": True, "false": False, "yes": True, "no": False}
+
+
 def _kind(value: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(type(value), type(value).__name__)
 
@@ -113,7 +116,10 @@ def resolve_parameters(path: Path, overrides: dict[str, str], profile: "LoadedPr
             raise ConfigError(f"unknown parameter {name!r} for {path.stem}; known: {', '.join(values)}")
         default = declared[name].default
         try:
-            value: Any = ast.literal_eval(text) if not isinstance(default, str) else text
+            if isinstance(default, bool) and text.strip().lower() in BOOLEAN_WORDS:  # what the error line offers
+                value: Any = BOOLEAN_WORDS[text.strip().lower()]
+            else:
+                value = ast.literal_eval(text) if not isinstance(default, str) else text
         except (ValueError, SyntaxError):
             raise ConfigError(f"invalid {name}: {text!r} is not {_kind(default)}") from None
         values[name] = typed_value(name, default, value, repr(text))

@@ -164,6 +164,48 @@ class StoreCommands(StrictModel):
     placeholders_filled = _fills({"backup": (), "restore": ("backup",), "destroy": (), "healthy": (), "recreate": ()})
 
 
+class EscapeTarget(StrictModel):
+    """Something a code sandbox must not reach: a loopback port, a file to read, a folder to write."""
+
+    name: str = Field(min_length=1, max_length=80)
+    kind: Literal["tcp", "read", "write"]
+    address: str = Field(min_length=1, description="tcp: 127.0.0.1:PORT (loopback only); read, write: a path")
+
+    @model_validator(mode="after")
+    def _loopback_only(self) -> "EscapeTarget":
+        if self.kind == "tcp":
+            host, _, port = self.address.rpartition(":")
+            try:
+                loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback or not port.isdigit():
+                raise ValueError(f"escape target {self.name!r}: {self.address!r} is not a loopback address and port "
+                                 "(probes aim at this machine's loopback only)")
+        return self
+
+
+class SandboxCommands(StrictModel):
+    """A workload's code sandboxes, for the sandbox drills (docs/code-sandboxes.md). The tenant's
+    calls go through the gateway with its key ({session} filled in); the operator's side is your
+    commands, run without a shell in the profile's folder ({sandbox} filled in)."""
+
+    claim: str = Field("/v1/sessions/{session}/sandbox", description="POST: claim the session's sandbox")
+    run: str = Field("/v1/sessions/{session}/sandbox/runs", description='POST {"code", "language", "timeout_s"}')
+    release: str = Field("/v1/sessions/{session}/sandbox", description="DELETE: release it")
+    fleet: str = Field(description='prints {"pool": {"size": n, "warm": n}, "sandboxes": [{"id", "session", '
+                                   '"state", "running"}]}')
+    kill: str = Field(description="kills sandbox {sandbox}")
+    alive: str = Field(description="prints true while sandbox {sandbox} runs, false once it is gone")
+    kill_service: str | None = Field(None, description="kills the sandbox service itself (sandbox-loss)")
+    limits_enforced: bool = Field(True, description="false: the memory, process and CPU probes are reported "
+                                                    "'not enforced on this platform'")
+    escape_targets: list[EscapeTarget] = Field(default_factory=list,
+                                               description="what a sandbox must not reach (the isolation probes)")
+
+    placeholders_filled = _fills({"fleet": (), "kill": ("sandbox",), "alive": ("sandbox",), "kill_service": ()})
+
+
 class Workload(StrictModel):
     gateway_url: str | None = Field(None, description="base URL clients use (not for the sandbox kind)")
     agent: Role | None = None
@@ -171,6 +213,8 @@ class Workload(StrictModel):
     state_store: Role | None = None
     aggressor: Role | None = Field(None, description="a tier that floods inference as one tenant (noisy-neighbour drill)")
     store: StoreCommands | None = None
+    sandboxes: SandboxCommands | None = Field(None, description="code sandboxes for sessions (not for the sandbox "
+                                                                "kind, which has its own)")
 
     @field_validator("gateway_url")
     @classmethod
@@ -319,6 +363,8 @@ class TargetProfile(StrictModel):
                 raise ValueError(f"kind {self.kind} needs at least one tenant")
         elif self.tenants or self.workload.gateway_url:
             raise ValueError("the sandbox kind takes its gateway and tenants from the running sandbox")
+        elif self.workload.sandboxes is not None:
+            raise ValueError("the sandbox kind has code sandboxes of its own: workload.sandboxes is for other kinds")
         if self.kind == "commands":
             for role in ROLES:
                 spec = getattr(self.workload, role)

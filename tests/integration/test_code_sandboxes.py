@@ -176,3 +176,60 @@ def test_sandboxes_die_with_their_service_and_with_the_platform(sandbox_factory,
     while live_sandboxes(second) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert live_sandboxes(second) == [] and not second.exists()
+
+
+def own_sandboxes_profile(path: Path, handle, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A commands profile for a team's own sandbox service (here the reference platform's, reached
+    through tests/workloads/codebox_ops.py): the drills see it only through the profile."""
+    import sys
+
+    import yaml
+
+    ops = Path(__file__).parents[1] / "workloads" / "codebox_ops.py"
+
+    def command(*args: str) -> str:
+        return " ".join([sys.executable, str(ops), str(handle.state_dir), *args])
+
+    for name, key in handle.tenant_keys.items():
+        monkeypatch.setenv(f"OWN_{name.upper().replace('-', '_')}_KEY", key)
+    gateway = handle.gateway_url.removeprefix("http://")
+    control = json.loads((handle.state_dir / "sandbox.json").read_text())["control_url"].removeprefix("http://")
+    path.write_text(yaml.safe_dump({
+        "name": "own-sandboxes", "kind": "commands",
+        "workload": {"gateway_url": handle.gateway_url, "sandboxes": {
+            "fleet": command("fleet"), "kill": command("kill", "{sandbox}"), "alive": command("alive", "{sandbox}"),
+            "kill_service": command("kill-service"),
+            "escape_targets": [{"name": "gateway", "kind": "tcp", "address": gateway},
+                               {"name": "control API", "kind": "tcp", "address": control},
+                               {"name": "platform secrets (runtime file)", "kind": "read",
+                                "address": str(handle.state_dir / "runtime.json")},
+                               {"name": "the platform's state folder", "kind": "write",
+                                "address": str(handle.state_dir)}]}},
+        "tenants": {name: {"key_env": f"OWN_{name.upper().replace('-', '_')}_KEY"} for name in handle.tenant_keys},
+    }, sort_keys=False))
+    return path
+
+
+def test_a_teams_own_sandbox_service_is_drilled_through_its_profile(sandbox_factory, tmp_path, monkeypatch):
+    handle = sandbox_factory(tokens_per_second=0, codebox_pool=4)
+    profile = own_sandboxes_profile(tmp_path / "own.yaml", handle, monkeypatch)
+    loss = execute("sandbox-loss", target=str(profile), overrides={"sessions": "2", "run_s": "3"},
+                   results=tmp_path / "results")
+    assert loss.verdict == "PASS", loss.explain()
+    assert loss.summary["metrics"]["kills_landed"] == 2 and loss.summary["metrics"]["files_lost"] == 0
+    isolated = execute("sandbox-isolation", target=str(profile), overrides=QUICK_ISOLATION,
+                       results=tmp_path / "results")
+    assert isolated.verdict == "PASS", isolated.explain()
+    # the profile's four targets, the other tenant's sandbox, and the five built in
+    assert isolated.summary["metrics"]["escape_attempts"] == 4 + 1 + 5
+
+
+def test_a_teams_sandbox_kill_that_kills_nothing_is_an_error_through_its_profile(sandbox_factory, tmp_path,
+                                                                                 monkeypatch):
+    handle = sandbox_factory(tokens_per_second=0, codebox_pool=4, defects=["noop-kill"])
+    profile = own_sandboxes_profile(tmp_path / "own.yaml", handle, monkeypatch)
+    executed = execute("sandbox-loss", target=str(profile), overrides={"sessions": "2", "run_s": "3",
+                                                                       "kill_service": "false"},
+                       results=tmp_path / "results")
+    assert executed.verdict == "ERROR", executed.explain()
+    assert "1 of 1 kills were not seen to land" in executed.summary["reason"]

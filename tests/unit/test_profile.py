@@ -79,6 +79,15 @@ def changed(base: dict, path: str, value: object) -> dict:
     (changed(COMMANDS, "slos", {"cold-start": {"slo_p95_s": -1}}),
      "p.yaml: invalid slos.cold-start.slo_p95_s: -1 must not be negative"),
     (["a", "list"], "p.yaml: a profile is a mapping of fields"),
+    # code sandboxes: escape probes aim at loopback only; the sandbox kind has its own
+    (changed(COMMANDS, "workload.sandboxes", {"fleet": "f", "kill": "k {sandbox}", "alive": "a {sandbox}",
+                                              "escape_targets": [{"name": "db", "kind": "tcp", "address": "10.0.0.5:5432"}]}),
+     "p.yaml: invalid workload.sandboxes.escape_targets.0: escape target 'db': '10.0.0.5:5432' is not a loopback "
+     "address and port (probes aim at this machine's loopback only)"),
+    (changed(COMMANDS, "workload.sandboxes", {"fleet": "f", "kill": "k {session}", "alive": "a {sandbox}"}),
+     "p.yaml: invalid workload.sandboxes: kill: {session} is not filled in for this command (it fills in {sandbox})"),
+    ({"name": "sandbox", "kind": "sandbox", "workload": {"sandboxes": {"fleet": "f", "kill": "k", "alive": "a"}}},
+     "p.yaml: invalid input: the sandbox kind has code sandboxes of its own: workload.sandboxes is for other kinds"),
     # placeholders: only the names filled in for that command, only as plain names, checked at load
     (changed(COMMANDS, "workload.store", {"backup": "b", "restore": "r {nope}"}),
      "p.yaml: invalid workload.store: restore: {nope} is not filled in for this command (it fills in {backup})"),

@@ -78,3 +78,14 @@ def test_parameters_that_cannot_give_a_meaningful_result_are_refused(runbook, ov
 def test_the_defaults_are_within_their_own_limits():
     for name in REGISTRY:
         validate_parameters(runbook_path(name), {"tenant": "tenant-b"} if name == "shed-noisy-tenant" else {})
+
+
+@pytest.mark.parametrize(("text", "value"), [("false", False), ("False", False), ("no", False), ("true", True),
+                                             ("True", True), ("yes", True)])
+def test_a_flag_takes_the_words_its_error_line_offers(text, value):
+    assert validate_parameters(runbook_path("sandbox-loss"), {"kill_service": text})["kill_service"] is value
+
+
+def test_a_flag_refuses_anything_else_in_one_line():
+    with pytest.raises(ConfigError, match="invalid kill_service: 'maybe' is not true or false"):
+        validate_parameters(runbook_path("sandbox-loss"), {"kill_service": "maybe"})

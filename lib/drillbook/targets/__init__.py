@@ -103,14 +103,16 @@ def target_for(profile: LoadedProfile, state_dir: Path | None = None) -> Target:
         from drillbook.targets.sandbox import SandboxTarget
 
         return SandboxTarget(profile.state_dir(state_dir), profile)
+    from drillbook.targets.sandboxes import with_sandboxes
+
     if profile.kind == "kubernetes":
         from drillbook.targets.kubernetes import KubernetesTarget
 
-        return KubernetesTarget(profile)
+        return with_sandboxes(KubernetesTarget(profile))
     if profile.kind == "commands":
         from drillbook.targets.commands import CommandsTarget
 
-        return CommandsTarget(profile)
+        return with_sandboxes(CommandsTarget(profile))
     from drillbook.target_kinds import added_factory
 
     return added_factory(profile.kind)(profile, state_dir)

@@ -110,6 +110,12 @@ class CodeSandboxes(Protocol):
 
     def kill_sandbox(self, sandbox_id: str, signal: str = "SIGKILL") -> dict[str, Any]: ...
 
+    def kill_sandbox_service(self) -> None:
+        """Kill the service that runs the sandboxes (a ConfigError where the profile has no way)."""
+
+    def sandbox_service_killable(self) -> bool:
+        """Whether kill_sandbox_service has a way to do it."""
+
     def sandbox_alive(self, sandbox: dict[str, Any]) -> bool | None:
         """Whether a sandbox of the fleet still runs, seen apart from the platform's own word
         (its process, here); None where the target cannot tell."""

@@ -20,6 +20,17 @@ from drillbook.targets.capabilities import OPTIONAL_TIERS, SANDBOXES, STORE, Tar
 from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
+NO_SANDBOXES = "no workload.sandboxes (code sandboxes)"
+
+
+def sandbox_command_problems(profile: Any, needs: Needs) -> list[str]:
+    """Why the profile's sandbox commands cannot run, where a runbook needs code sandboxes."""
+    spec = profile.spec.workload.sandboxes
+    if spec is None or not any(where == SANDBOXES for where, _ in needs):
+        return []
+    lines = [("fleet", spec.fleet), ("kill", spec.kill), ("alive", spec.alive), ("kill_service", spec.kill_service)]
+    return [f"sandboxes {name}: {problem}" for name, line in lines
+            if line and (problem := command_found(line, profile.folder)) is not None]
 
 
 def command_found(line: str, folder: Path) -> str | None:
@@ -51,8 +62,8 @@ class CommandsTarget(ProfileTarget):
         why = []
         for where, action in self._asked(needs):
             if where == SANDBOXES:
-                if "no code sandboxes: a commands target offers none yet" not in why:
-                    why.append("no code sandboxes: a commands target offers none yet")
+                if self.profile.spec.workload.sandboxes is None and NO_SANDBOXES not in why:
+                    why.append(NO_SANDBOXES)
             elif action == "limit":
                 why.append("a commands target offers no tenant limits")
             elif not self._line(where, action):
@@ -66,6 +77,7 @@ class CommandsTarget(ProfileTarget):
             line = self._line(where, action) if action != "limit" and where != SANDBOXES else None
             if line and (problem := command_found(line, self.profile.folder)) is not None:
                 why.append(f"{where} {action}: {problem}")
+        why += sandbox_command_problems(self.profile, needs)
         if any(where == "agent" for where, _ in needs) and self._line("agent", "status"):
             if self._status_problem is None:
                 try:

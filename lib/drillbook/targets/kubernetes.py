@@ -171,8 +171,8 @@ class KubernetesTarget(ProfileTarget):
     def undeclared(self, needs: Needs) -> list[str]:
         if any(where == STORE for where, _ in needs) and self.profile.spec.workload.store is None:
             return ["no workload.store commands"]
-        if any(where == SANDBOXES for where, _ in needs):
-            return ["no code sandboxes: a kubernetes target offers none yet"]
+        if any(where == SANDBOXES for where, _ in needs) and self.profile.spec.workload.sandboxes is None:
+            return ["no workload.sandboxes (code sandboxes)"]
         return []
 
     def readings(self) -> list[Any]:
@@ -197,10 +197,12 @@ class KubernetesTarget(ProfileTarget):
 
     def refusals(self, needs: Needs) -> list[str]:
         """Every right each action takes, asked in the namespaces where it acts; the store's commands."""
-        why: list[str] = []
+        from drillbook.targets.commands import sandbox_command_problems
+
+        why: list[str] = sandbox_command_problems(self.profile, needs)
         for where, action in needs:
             if where == SANDBOXES:
-                continue  # not offered (undeclared says so)
+                continue  # the profile's own commands (undeclared and sandbox_command_problems say what is missing)
             if where == STORE:
                 reason = "no workload.store commands"
                 if self.profile.spec.workload.store is None and reason not in why:

@@ -22,7 +22,12 @@ def place(profile: "LoadedProfile", where: str, action: str) -> str:
             return f"a tenant (its ResourceQuota, in one of {', '.join(namespaces)})" if namespaces else ""
         return "a tenant (its rate limit at the gateway)"
     if where == "sandboxes":
-        return "code sandboxes of sandbox service codebox" if profile.kind == "sandbox" else ""
+        if profile.kind == "sandbox":
+            return "code sandboxes of sandbox service codebox"
+        spec = profile.spec.workload.sandboxes
+        line = {"kill": spec.kill, "claim": spec.claim, "run": spec.run}.get(action) if spec is not None else None
+        return ("code sandboxes, by the command `" + line + "`" if action == "kill" else
+                f"code sandboxes, through {line}") if line else ""
     if where == "store":
         if profile.kind == "sandbox":
             return "the sandbox's state store, through its supervisor"

@@ -184,7 +184,7 @@ class SandboxTarget:
         from drillbook.codeboxes import new_session
 
         gateway, keys = self.gateway()
-        return new_session(gateway, self.api.auth(keys[tenant]), tenant)
+        return new_session(gateway, self.api, keys[tenant], tenant)
 
     def _codebox(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         import httpx
@@ -202,6 +202,12 @@ class SandboxTarget:
 
     def kill_sandbox(self, sandbox_id: str, signal: str = "SIGKILL") -> dict[str, Any]:
         return self._codebox("POST", f"/internal/v1/sandboxes/{sandbox_id}/kill", json={"signal": signal})
+
+    def kill_sandbox_service(self) -> None:
+        self.kill("codebox", 1, "SIGKILL")
+
+    def sandbox_service_killable(self) -> bool:
+        return True
 
     def sandbox_alive(self, sandbox: dict[str, Any]) -> bool | None:
         from drillbook.processes import start_ticks

@@ -22,9 +22,20 @@ class SandboxLossParameters(Parameters):
     max_recreate_p95_s: Seconds = 10.0  # SLO: P95 from a kill's landing to a working sandbox again
 
 
+def _sandboxes_to_kill(parameters: SandboxLossParameters, target: object) -> str | None:
+    from drillbook.targets.capabilities import CodeSandboxes
+
+    found = offers_code_sandboxes(parameters, target)
+    if found is None and parameters.kill_service and isinstance(target, CodeSandboxes) \
+            and not target.sandbox_service_killable():
+        return ("the target has no way to kill its sandbox service (workload.sandboxes.kill_service): "
+                "run with -p kill_service=false")
+    return found
+
+
 SCENARIO = register(Scenario(
     name="sandbox-loss", control="sandbox-loss", parameters=SandboxLossParameters,
-    drill="drillbook.scenarios.sandbox_loss.drill:sandbox_loss", target_check=offers_code_sandboxes,
+    drill="drillbook.scenarios.sandbox_loss.drill:sandbox_loss", target_check=_sandboxes_to_kill,
     needs=((SANDBOXES, "claim"), (SANDBOXES, "kill")),
     summary="kill code sandboxes mid-run, then the sandbox service: every session gets a working sandbox again "
             "with its workspace intact, no claim stuck, recreate P95 in SLO",

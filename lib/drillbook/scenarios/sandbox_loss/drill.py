@@ -51,7 +51,7 @@ def sandbox_loss(run: Run, sessions: int, files: int, sandbox_kills: int, kill_s
             _until_working(client, calls, recreate_timeout_s)
         if kill_service:
             kills.append(_kill_mid_run(run, target, clients, calls, run_s,
-                                       lambda _: target.kill("codebox", 1, "SIGKILL"), "service"))
+                                       lambda _: target.kill_sandbox_service(), "service"))
             waiting = [threading.Thread(target=_until_working, args=(client, calls, recreate_timeout_s), daemon=True)
                        for client in clients]  # all at once: no session waits for another's recovery
             for thread in waiting:
