@@ -139,6 +139,19 @@ def new_session(base_url: str, api: Any, key: str, tenant: str, paths: dict[str,
 
 
 
+def sandboxes_of(run: Any) -> tuple[Any, list[str]] | None:
+    """A drill's target as CodeSandboxes, and its tenants in order; None, said as the reason the
+    run cannot be judged, where the target has none (a notebook run by hand on another target)."""
+    from drillbook.targets.capabilities import CodeSandboxes
+
+    target = run.workload()
+    if not isinstance(target, CodeSandboxes):
+        run.cannot_judge(f"target {target.name} offers no code sandboxes")
+        return None
+    _, keys = run.gateway()
+    return target, sorted(keys)
+
+
 def offers_code_sandboxes(_: Any, target: Any) -> str | None:
     """A scenario's target check: the sandbox drills need a target with code sandboxes."""
     from drillbook.targets.capabilities import CodeSandboxes
@@ -147,4 +160,4 @@ def offers_code_sandboxes(_: Any, target: Any) -> str | None:
 
 
 __all__ = ["SandboxCall", "SandboxSession", "WORKSPACE_DIGESTS", "digests_of", "new_session", "offers_code_sandboxes",
-           "write_files_code"]
+           "sandboxes_of", "write_files_code"]

@@ -9,11 +9,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from drillbook.codeboxes import SandboxCall
+from drillbook.codeboxes import SandboxCall, sandboxes_of
 from drillbook.drills import keep_observations
 from drillbook.runbook import Run
 from drillbook.scenarios.sandbox_claim_burst.judge import burst_figures, judge_burst
-from drillbook.targets.capabilities import CodeSandboxes
 
 CLAIMS = "claims.jsonl"
 POOL = "pool.jsonl"
@@ -25,12 +24,10 @@ WORK = "import hashlib; print(hashlib.sha256(b'x' * 100000).hexdigest())"
 def sandbox_claim_burst(run: Run, working_sessions: int, beyond_pool: int, refill_timeout_s: float,
                         max_claim_p50_s: float, max_claim_p90_s: float, max_claim_p99_s: float,
                         max_failed_claims: int) -> dict[str, Any]:
-    target = run.workload()
-    if not isinstance(target, CodeSandboxes):
-        run.cannot_judge(f"target {target.name} offers no code sandboxes")
+    found = sandboxes_of(run)
+    if found is None:
         return {}
-    _, keys = run.gateway()
-    tenants = sorted(keys)
+    target, tenants = found
     readings: list[dict[str, Any]] = []
 
     def read_pool() -> dict[str, Any]:

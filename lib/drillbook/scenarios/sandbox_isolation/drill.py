@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drillbook.codeboxes import SandboxCall
+from drillbook.codeboxes import SandboxCall, sandboxes_of
 from drillbook.drills import keep_observations
 from drillbook.runbook import Run
 from drillbook.scenarios.sandbox_isolation.judge import isolation_figures, judge_isolation
-from drillbook.targets.capabilities import CodeSandboxes
 
 ESCAPES = "escapes.jsonl"
 CALLS = "sandbox-calls.jsonl"
@@ -44,12 +43,10 @@ SELF_CONNECT = "import socket; socket.create_connection(('127.0.0.1', {port}), 1
 
 def sandbox_isolation(run: Run, memory_mib: int, processes: int, cpu_workers: int, cpu_s: float, cpu_budget: float,
                       neighbour_runs: int, max_neighbour_slowdown: float) -> dict[str, Any]:
-    target = run.workload()
-    if not isinstance(target, CodeSandboxes):
-        run.cannot_judge(f"target {target.name} offers no code sandboxes")
+    found = sandboxes_of(run)
+    if found is None:
         return {}
-    _, keys = run.gateway()
-    tenants = sorted(keys)
+    target, tenants = found
     attacker_tenant, neighbour_tenant = tenants[0], tenants[-1]
     calls: list[SandboxCall] = []
     fleet = target.sandbox_fleet()

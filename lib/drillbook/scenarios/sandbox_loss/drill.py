@@ -11,11 +11,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from drillbook.codeboxes import WORKSPACE_DIGESTS, SandboxCall, digests_of, write_files_code
+from drillbook.codeboxes import WORKSPACE_DIGESTS, SandboxCall, digests_of, sandboxes_of, write_files_code
 from drillbook.drills import keep_observations
 from drillbook.runbook import Run
 from drillbook.scenarios.sandbox_loss.judge import Kill, judge_loss, loss_figures
-from drillbook.targets.capabilities import CodeSandboxes
 
 CALLS = "sandbox-calls.jsonl"
 KILLS = "kills.jsonl"
@@ -25,12 +24,10 @@ LANDING_TIMEOUT_S = 15.0
 
 def sandbox_loss(run: Run, sessions: int, files: int, sandbox_kills: int, kill_service: bool, run_s: float,
                  recreate_timeout_s: float, max_recreate_p95_s: float) -> dict[str, Any]:
-    target = run.workload()
-    if not isinstance(target, CodeSandboxes):
-        run.cannot_judge(f"target {target.name} offers no code sandboxes")
+    found = sandboxes_of(run)
+    if found is None:
         return {}
-    _, keys = run.gateway()
-    tenants = sorted(keys)
+    target, tenants = found
     clients = [target.sandbox_session(tenants[i % len(tenants)]) for i in range(sessions)]
     calls: list[SandboxCall] = []
     expected: dict[str, dict[str, str]] = {}
