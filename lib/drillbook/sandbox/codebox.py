@@ -402,7 +402,7 @@ class CodeboxService:
         return web.json_response({
             "at": time.time(), "pool": {"size": self.pool_size, "warm": len(self.warm())},
             "sandboxes": [s.to_json() for s in self.sandboxes.values()],
-            "isolation": {"namespaces": self.isolated and not self.unavailable,
+            "isolation": {"available": not self.unavailable, "namespaces": self.isolated and not self.unavailable,
                           "limits": bool(self.isolated and self.cgroups and self.cgroups.enforced),
                           "why_not": self.unavailable or (self.cgroups.why if self.cgroups else "no-isolation")},
             "events": [e for e in self.events if e["t"] > after]})

@@ -13,7 +13,7 @@ from drillbook.errors import ControlApiError
 from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
-from drillbook.targets.capabilities import TargetCheck
+from drillbook.targets.capabilities import SANDBOXES, TargetCheck
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
@@ -112,7 +112,15 @@ class SandboxTarget:
     granted = "the reference platform"
 
     def refusals(self, needs: Any) -> list[str]:
-        return []  # the reference platform offers everything a declared scenario needs
+        """The reference platform offers everything a declared scenario needs, but code sandboxes
+        on a machine without bubblewrap."""
+        if not any(where == SANDBOXES for where, _ in needs):
+            return []
+        try:
+            isolation = self.sandbox_fleet().get("isolation", {})
+        except Exception as error:  # noqa: BLE001 - said as the reason, not raised: this is a check
+            return [f"its code sandbox service does not answer: {type(error).__name__}: {error}"[:300]]
+        return [] if isolation.get("available") else [str(isolation.get("why_not") or "no code sandboxes")]
 
     def undeclared(self, needs: Any) -> list[str]:
         return []
