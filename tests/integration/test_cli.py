@@ -40,7 +40,8 @@ def test_up_status_second_up_and_down_leave_no_process(tmp_path):
         status = drillbook("sandbox", "status", "--json", state=tmp_path)
         assert status.returncode == 0, status.stderr
         services = json.loads(status.stdout)["services"]
-        assert {name: s["ready"] for name, s in services.items()} == {"model": 1, "agent": 2, "gateway": 1, "aggressor": 0}
+        assert {name: s["ready"] for name, s in services.items()} == {"model": 1, "agent": 2, "gateway": 1, "aggressor": 0,
+                                                                         "codebox": 1}
         pids = [details["supervisor_pid"]] + [r["pid"] for s in services.values() for r in s["replicas"]]
 
         again = drillbook("sandbox", "up", state=tmp_path)

@@ -13,6 +13,7 @@ import pytest
 from drillbook.evidence import BundleExists, BundleWriter, RunSummary, SloCheck, verify_path
 from drillbook.evidence.bundle import LEDGER, EvidenceError, make_writable, read_ledger, remove_bundle
 from drillbook.evidence.report import render_report
+from drillbook.scenarios import REGISTRY
 from drillbook.evidence.signing import new_key
 
 SECRET = "s3cret-Tok3n-value-42"
@@ -205,7 +206,9 @@ def test_report_lists_sandbox_smoke_bundles_as_evidence_that_is_no_control(tmp_p
     controls, rest = html.split('<h2 id="other">Other evidence (not a control, not scored)</h2>')
     others = rest.split("<h2>Verification</h2>")[0]
     assert "sandbox-smoke" not in controls and others.count("<td>sandbox-smoke</td>") == 2
-    assert html.count("none\">NO EVIDENCE") == 5 * 2 and '<p class="score">no runs</p>' in html  # summary table + sections
+    drills = sum(not declared.oncall for declared in REGISTRY.values())  # every drill's control: none has evidence
+    assert drills == 8 and html.count("none\">NO EVIDENCE") == drills * 2  # summary table + sections
+    assert '<p class="score">no runs</p>' in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
 
     tamper(latest / "summary.json", lambda p: p.write_text(p.read_text().replace('"sessions": 2', '"sessions": 3')))

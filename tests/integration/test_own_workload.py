@@ -266,7 +266,8 @@ def test_target_check_says_which_runbooks_can_run_and_why_not(tinyagent, tmp_pat
     assert {f.subject for f in report.readings} == {"agent status", "store healthy"}
     assert report.runbook("ha-replica-loss").ok and report.runbook("cold-start").ok
     assert report.runbook("restore-drill").ok
-    assert report.unoffered == ["noisy-neighbour", "shed-noisy-tenant"] and report.ok
+    assert report.unoffered == ["noisy-neighbour", "sandbox-claim-burst", "sandbox-isolation", "sandbox-loss",
+                                "shed-noisy-tenant"] and report.ok
     cli = drillbook("target", "check", str(agent.profile))
     assert cli.returncode == 0 and "not offered" in cli.stdout and "key accepted" in cli.stdout, cli.stdout
     asked = drillbook("target", "check", str(agent.profile), "--runbook", "noisy-neighbour")

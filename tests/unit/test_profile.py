@@ -139,10 +139,11 @@ def test_unknown_targets_list_the_known_ones():
 
 
 def test_shipped_profiles_and_examples_validate(monkeypatch):
-    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY", "AGENT_TEAM_A_KEY", "PLATFORM_INTERNAL_TOKEN"):
+    for variable in ("ACME_AGENT_KEY", "GLOBEX_AGENT_KEY", "TEAM_A_KEY", "TEAM_B_KEY", "AGENT_TEAM_A_KEY",
+                     "PLATFORM_INTERNAL_TOKEN"):
         monkeypatch.setenv(variable, "k")
     paths = sorted(p for p in (REPOSITORY / "targets").rglob("*.yaml") if p.parent.name != "presets")
-    assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml"}
+    assert {p.name for p in paths} >= {"sandbox.yaml", "kubernetes.yaml", "commands.yaml", "code-sandboxes.yaml"}
     for path in paths:
         profile = load_profile(str(path))
         if profile.kind != "sandbox":
