@@ -1,10 +1,10 @@
 """The halt button, timed: on one sandbox, over several trials, a `drillbook run cold-start` is
 halted from a second process once its first fault is leased.
 
-Per trial: the halt command's own time (a new process; the supervisor undoes the leased faults
-before it answers), from the halt's answer to the runner's seeing it (the moment its watch stopped
-the run, in the run's `interrupted` event) and to the runner's exit (rolled back and sealed). P50
-and max over the trials.
+Per trial, from starting `drillbook halt` (a new process): to its answer (the supervisor undoes
+the leased faults before it answers), to the runner's seeing the halt (the moment its watch
+stopped the run, in the run's `interrupted` event) and to the runner's exit (rolled back and
+sealed). P50 and max over the trials.
 
 Run: python bench/halt.py [--trials 5]
 """
@@ -55,7 +55,7 @@ def trial(handle: launcher.SandboxHandle, results: Path) -> tuple[float, float, 
                 for line in (timeline / "timeline.jsonl").read_text().splitlines()
                 if json.loads(line).get("kind") == "interrupted")  # `at`: when the runner's watch saw the halt
     drillbook(handle.state_dir, "halt", "--lift").communicate(timeout=60)
-    return answered - began, seen - answered, exited - answered
+    return answered - began, seen - began, exited - began
 
 
 def main(trials: int) -> None:
@@ -65,8 +65,8 @@ def main(trials: int) -> None:
             rows = [trial(handle, Path(folder) / "results") for _ in range(trials)]
         finally:
             launcher.stop(handle.state_dir, handle=handle)
-    for label, index in (("halt command (faults undone)", 0), ("halt answered -> run saw it", 1),
-                         ("halt answered -> runner exited", 2)):
+    for label, index in (("halt -> answered (faults undone)", 0), ("halt -> the run saw it", 1),
+                         ("halt -> runner exited (sealed)", 2)):
         values = [row[index] for row in rows]
         print(f"{label:34} P50 {percentile(values, 0.5):6.2f}s   max {max(values):6.2f}s   ({trials} trials)")
 
