@@ -79,6 +79,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     import papermill
 
     from drillbook.evidence import BundleWriter
+    from drillbook.halt import HaltWatch, refuse_if_halted
     from drillbook.kernel import hermetic, interrupt_kernels
     from drillbook.runlock import run_lock
     from drillbook.shutdown import SHUTDOWN, Interrupted
@@ -87,6 +88,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
     spec = spec or resolve_run(name, target, overrides or {}, sandbox_state)
     path, profile, parameters, state = spec.notebook, spec.profile, spec.parameters, spec.state
     workload = open_target(profile, state)  # unreachable, or a tenant key missing: refused here
+    refuse_if_halted(workload)
     check_against_target(path.stem, parameters, workload, spec.validated)
     with run_lock(profile, path.stem, parameters, state):  # held until the run is rolled back and sealed
         results = results_dir(results)  # made here, once nothing else (the lock too) can refuse the run
@@ -107,7 +109,7 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
         try:
             if on_start:
                 on_start(bundle.path)
-            with hermetic(scratch / KERNEL_HOME) as kernel, SHUTDOWN.gently(interrupt_kernels):
+            with hermetic(scratch / KERNEL_HOME) as kernel, SHUTDOWN.gently(interrupt_kernels), HaltWatch(workload):
                 try:
                     papermill.execute_notebook(
                         str(path), str(executed), **kernel, progress_bar=False, cwd=str(work),
@@ -165,7 +167,7 @@ class RunEnding:
     def reason(self) -> str:
         if self.interrupted is not None:
             where = f" during cell {self.cell}" if self.cell else ""
-            return f"interrupted by {self.interrupted.signal_name} at {self.interrupted.moment}{where}"
+            return f"{self.interrupted.cause()} at {self.interrupted.moment}{where}"
         return "; ".join(filter(None, [self.platform, self.error]))
 
 
@@ -181,7 +183,7 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
 
     if ending.interrupted is not None:
         bundle.event("interrupted", signal=ending.interrupted.signal_name, at=ending.interrupted.moment,
-                     cell=ending.cell)
+                     cell=ending.cell, halted=ending.interrupted.halted)
     elif ending.error is not None:
         bundle.event("run_failed", reason=ending.error)
     forget_kernels()  # a kernel still alive after an escalated stop goes now; its load follows it
@@ -279,7 +281,7 @@ def partial_summary(runbook: str, work: Path, ending: RunEnding) -> dict[str, An
             metrics[entry["record"]] = entry.get("value")
         elif "check" in entry:
             checks.append(SloCheck(**entry["check"]))
-    verdict = "INTERRUPTED" if ending.interrupted is not None else "ERROR"
+    verdict = "ERROR" if ending.interrupted is None else "ABORTED" if ending.interrupted.halted else "INTERRUPTED"
     reason = ending.reason() or "the runbook did not record a verdict"
     return RunSummary(runbook=runbook, control=control_of(runbook), verdict=verdict, metrics=metrics,
                       checks=checks, reason=reason).to_json()

@@ -137,8 +137,8 @@ class GameDaySummary:
         verdict, reason = gameday_verdict([verdict for _, verdict, _ in runs])
         not_run = [planned.runbook for planned in plan.runbooks[len(runs):]]
         if stopped is not None:
-            verdict = "INTERRUPTED"
-            reason = (f"interrupted by {stopped.signal_name} at {stopped.moment}"
+            verdict = "ABORTED" if stopped.halted else "INTERRUPTED"
+            reason = (f"{stopped.cause()} at {stopped.moment}"
                       + (f"; not run: {', '.join(not_run)}" if not_run else "") + (f"; {reason}" if reason else ""))
         elif failed is not None:
             verdict = "ERROR"

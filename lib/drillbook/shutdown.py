@@ -33,6 +33,7 @@ class Interrupted(KeyboardInterrupt):
         self.signum, self.at = signum, at
         self.outcome: list[str] = []
         self.bundle: Path | None = None  # the evidence sealed for the interrupted run, if any
+        self.halted: dict | None = SHUTDOWN.halted if "SHUTDOWN" in globals() else None  # who halted the target
         global _last
         _last = self  # Typer turns a KeyboardInterrupt into a bare exit code 130; the CLI asks here
 
@@ -48,9 +49,15 @@ class Interrupted(KeyboardInterrupt):
     def moment(self) -> str:
         return datetime.fromtimestamp(self.at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
+    def cause(self) -> str:
+        """Why the run stopped: the operator's halt, or the signal."""
+        if self.halted:
+            return f"halted by {self.halted.get('operator')}: {self.halted.get('reason') or 'no reason given'}"
+        return f"interrupted by {self.signal_name}"
+
     def line(self) -> str:
-        """What the CLI prints: the signal, then what was done."""
-        return "; ".join([f"interrupted by {self.signal_name}", *self.outcome])
+        """What the CLI prints: why it stopped, then what was done."""
+        return "; ".join([self.cause(), *self.outcome])
 
 
 class Shutdown:
@@ -62,9 +69,10 @@ class Shutdown:
         self._gentle: list[Callable[[int], bool]] = []
         self._shielded = 0
         self._timer: threading.Timer | None = None
+        self.halted: dict | None = None  # the target's halt (drillbook.halt) that sent the signal
 
     def reset(self) -> None:
-        self.signum, self.at = None, 0.0
+        self.signum, self.at, self.halted = None, 0.0, None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -76,6 +84,21 @@ class Shutdown:
     def interrupted(self) -> Interrupted:
         assert self.signum is not None
         return Interrupted(self.signum, self.at)
+
+    def handles_signals(self) -> bool:
+        """Whether SIGTERM comes here now (a CLI command is running)."""
+        return signal.getsignal(signal.SIGTERM) == self._handle
+
+    def stop_for_halt(self, state: dict) -> bool:
+        """From any thread: stop this process's run as SIGTERM would, naming the halt as its cause.
+        False when nothing here handles signals (then the caller's run ends on its own)."""
+        if not self.handles_signals():
+            return False
+        self.halted = state
+        import os
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        return True
 
     def note(self, signum: int) -> None:
         """Remember a signal that someone else handles (chaoslib during an experiment)."""
@@ -114,8 +137,9 @@ class Shutdown:
             sys.stderr.write(f"drillbook: {signal.Signals(signum).name} received; still rolling back and sealing\n")
             return
         if first and self._gentle and all(stop(signum) for stop in list(self._gentle)):
-            sys.stderr.write(f"drillbook: {signal.Signals(signum).name} received; stopping the run "
-                             f"(rollbacks run; again to stop at once)\n")
+            why = (f"the target was halted by {self.halted.get('operator')}" if self.halted
+                   else f"{signal.Signals(signum).name} received")
+            sys.stderr.write(f"drillbook: {why}; stopping the run (rollbacks run; again to stop at once)\n")
             self._timer = threading.Timer(GRACE_S, _thread.interrupt_main, kwargs={"signum": signum})
             self._timer.daemon = True
             self._timer.start()

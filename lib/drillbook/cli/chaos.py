@@ -29,9 +29,11 @@ def _target_configuration(profile: "LoadedProfile", state: Optional[Path]) -> di
     from drillbook.chaos.runner import target_configuration
     from drillbook.targets import target_for
 
+    from drillbook.halt import refuse_if_halted
+
     directory = profile.state_dir(state)
-    target_for(profile, directory)  # refuses here: no sandbox running, or a context off the allow-list
-    return target_configuration(profile, directory)
+    refuse_if_halted(target_for(profile, directory))  # refuses here: no sandbox running, a context off the
+    return target_configuration(profile, directory)    # allow-list, or a halted target
 
 
 def _variables(items: list[str]) -> dict:
@@ -143,3 +145,43 @@ def rollback_command(
         raise typer.Exit(1)
 
 
+
+
+@app.command("halt")
+def halt_command(
+    target: str = TargetOption,
+    reason: str = typer.Option("", help="Why: kept with the halt, in every run it stops and in the refusals."),
+    operator: str = typer.Option("", help="Who halts (default: this user's login name)."),
+    lift: bool = typer.Option(False, "--lift", help="Lift the halt: runs may start again."),
+    state: Optional[Path] = StateDirOption,
+) -> None:
+    """Stop every drill running on a target, from anywhere that reaches it.
+
+    The target keeps the halt (the sandbox: its supervisor) and undoes every leased fault at once;
+    each run on it sees the halt within half a second and stops (rollbacks run, evidence sealed
+    ABORTED "halted by OPERATOR: REASON"); new runs are refused until `drillbook halt --lift`."""
+    import getpass
+
+    from drillbook.errors import ConfigError
+    from drillbook.profile import load_profile
+    from drillbook.targets import target_for
+    from drillbook.targets.capabilities import Halting
+
+    profile = load_profile(target)
+    found = target_for(profile, profile.state_dir(state))
+    if not isinstance(found, Halting):
+        raise ConfigError(f"target {profile.name} (kind {profile.kind}) keeps no halt: halt its runs with Ctrl-C "
+                          "where they run, then `drillbook rollback`")
+    if lift:
+        was = found.lift_halt()["was"]
+        console.print(f"halt lifted on {profile.name}" + (f" (halted by {was.get('operator')}: {was.get('reason')})"
+                                                            if was.get("halted") else " (it was not halted)"),
+                      soft_wrap=True, markup=False)
+        return
+    who = operator.strip() or getpass.getuser()
+    done = found.halt(who, reason.strip())
+    console.print(f"halted {profile.name} by {who}: {reason.strip() or 'no reason given'}; "
+                  f"{len(done.get('undone', []))} leased fault(s) undone; runs on it stop within a second; "
+                  "`drillbook halt --lift` lets runs start again", soft_wrap=True, markup=False)
+    for line in done.get("undone", []):
+        console.print(f"undone: {line}", soft_wrap=True, markup=False)

@@ -45,6 +45,15 @@ class ControlClient:
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/v1/status")
 
+    def halt_state(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/halt")
+
+    def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/halt", json={"operator": operator, "reason": reason})
+
+    def lift_halt(self) -> dict[str, Any]:
+        return self._call("DELETE", "/v1/halt")
+
     def endpoints(self) -> dict[str, Any]:
         return self._call("GET", "/v1/endpoints")
 

@@ -438,6 +438,44 @@ class Supervisor:
             return {"kind": self.runtime.config.store, "healthy": False, "reason": str(error)}
         return {"kind": self.runtime.config.store, "healthy": True, "sessions": sessions, "turns": turns}
 
+    # -- halt --------------------------------------------------------------------------------
+    @property
+    def _halt_file(self) -> Path:
+        return self.runtime.state_dir / "halt.json"
+
+    def halt_state(self) -> dict[str, Any]:
+        """{"halted": false}, or who halted this target, why and when (kept across restarts)."""
+        try:
+            return {"halted": True, **json.loads(self._halt_file.read_text())}
+        except (OSError, ValueError):
+            return {"halted": False}
+
+    async def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        """Stop every drill on this target: runs see it within their next look (drillbook.halt) and
+        stop; every leased fault is undone now, whoever holds it; new runs refuse until lifted."""
+        now = time.time()
+        state = {"operator": operator, "reason": reason, "at": now, "at_utc": utc_iso(now)}
+        write_json_atomic(self._halt_file, state)
+        self.events.emit("halted", operator=operator, reason=reason)
+        undone = []
+        for lease in list(self.leases.leases.values()):
+            self.leases.release(lease.fault)
+            try:
+                what = await self._undo(lease.undo, f"halted by {operator}: {reason}")
+            except Exception as error:  # noqa: BLE001 - one failed undo must not stop the others
+                self.events.emit("fault_halt_undo_failed", run=lease.run, fault=lease.fault, error=str(error))
+                continue
+            self.events.emit("fault_undone_by_halt", run=lease.run, fault=lease.fault, what=lease.what, undone=what)
+            undone.append(what)
+        return {"halted": True, **state, "undone": undone}
+
+    def lift_halt(self) -> dict[str, Any]:
+        was = self.halt_state()
+        self._halt_file.unlink(missing_ok=True)
+        if was["halted"]:
+            self.events.emit("halt_lifted", operator=was.get("operator"), reason=was.get("reason"))
+        return {"halted": False, "was": was}
+
     # -- fault leases ------------------------------------------------------------------------
     async def _watch_leases(self) -> None:
         """Undo each fault whose lease expired: its runner is gone (killed, its machine lost), and
@@ -661,6 +699,19 @@ def control_app(supervisor: Supervisor) -> web.Application:
     async def leases(request: web.Request) -> web.Response:
         return web.json_response({"leases": [lease.to_json() for lease in supervisor.leases.leases.values()]})
 
+    async def halt_state(request: web.Request) -> web.Response:
+        return web.json_response(supervisor.halt_state())
+
+    async def halt(request: web.Request) -> web.Response:
+        body = await body_of(request)
+        operator, reason = str(body.get("operator") or "").strip(), str(body.get("reason") or "").strip()
+        if not operator:
+            raise ControlError(400, "a halt names its operator")
+        return web.json_response(await supervisor.halt(operator[:120], reason[:300]))
+
+    async def lift(request: web.Request) -> web.Response:
+        return web.json_response(supervisor.lift_halt())
+
     async def shutdown(request: web.Request) -> web.Response:
         asyncio.get_running_loop().call_soon(supervisor.shutdown.set)
         return web.json_response({"stopping": True}, status=202)
@@ -684,6 +735,9 @@ def control_app(supervisor: Supervisor) -> web.Application:
     app.router.add_post("/v1/leases", grant_lease)
     app.router.add_post("/v1/leases/renew", renew_leases)
     app.router.add_delete("/v1/leases/{fault}", release_lease)
+    app.router.add_get("/v1/halt", halt_state)
+    app.router.add_post("/v1/halt", halt)
+    app.router.add_delete("/v1/halt", lift)
     app.router.add_post("/v1/shutdown", shutdown)
     return app
 

@@ -123,3 +123,17 @@ class CodeSandboxes(Protocol):
     def escape_targets(self, tenant: str, session: str) -> list[dict[str, Any]]:
         """What an escape from a sandbox would reach: {"name", "kind": "tcp" | "read" | "write",
         "address"} each; a tenant's session names whose kept workspace counts as another's."""
+
+
+@runtime_checkable
+class Halting(Protocol):
+    """A halt kept where every runner of the target looks (the sandbox: its supervisor), so that
+    one operator stops every drill on it from anywhere that reaches it (drillbook.halt)."""
+
+    def halt_state(self) -> dict[str, Any]:
+        """{"halted": false}, or {"halted": true, "operator", "reason", "at", "at_utc"}."""
+
+    def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        """Halt the target: its leased faults are undone at once; runs see it and stop."""
+
+    def lift_halt(self) -> dict[str, Any]: ...

@@ -211,6 +211,19 @@ class SandboxTarget:
     def kill_sandbox(self, sandbox_id: str, signal: str = "SIGKILL") -> dict[str, Any]:
         return self._codebox("POST", f"/internal/v1/sandboxes/{sandbox_id}/kill", json={"signal": signal})
 
+    # Halting: the supervisor keeps the halt and undoes the leased faults itself
+    def halt_state(self) -> dict[str, Any]:
+        with self._control() as control:
+            return control.halt_state()
+
+    def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        with self._control() as control:
+            return control.halt(operator, reason)
+
+    def lift_halt(self) -> dict[str, Any]:
+        with self._control() as control:
+            return control.lift_halt()
+
     def kill_sandbox_service(self) -> None:
         self.kill("codebox", 1, "SIGKILL")
 
