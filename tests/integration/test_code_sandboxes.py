@@ -79,6 +79,27 @@ def test_a_sandbox_is_walled_in_and_its_session_alone_may_use_it(sandbox_factory
                           ).json()["stdout"] == "mine\n"
 
 
+def test_a_turn_calls_the_code_tool_in_its_sessions_sandbox(sandbox_factory):
+    handle = sandbox_factory(tokens_per_second=0, codebox_pool=1)
+    with tenant(handle, "tenant-a") as alice:
+        session = alice.post("/v1/sessions").json()["session_id"]
+        ack = alice.post(f"/v1/sessions/{session}/turns", json={"input": "what is six sevens?",
+                                                                  "code": "open('answer', 'w').write('42'); print(6 * 7)"},
+                         headers={"Idempotency-Key": "t1"}).json()
+        assert ack["output"].startswith("[code exit 0] 42\n"), ack
+        again = alice.post(f"/v1/sessions/{session}/turns", json={"input": "what is six sevens?", "code": "print(0)"},
+                           headers={"Idempotency-Key": "t1"}).json()
+        assert again["replayed"] is True and again["output"] == ack["output"]  # the retry runs no code again
+        stored = alice.get(f"/v1/sessions/{session}").json()["turns"]
+        assert [t["output"] for t in stored] == [ack["output"]]
+        # The tool ran in the session's own sandbox: its workspace has the file.
+        ran = alice.post(f"/v1/sessions/{session}/sandbox/runs", json={"code": "print(open('answer').read())"}).json()
+        assert ran["stdout"] == "42\n"
+        failing = alice.post(f"/v1/sessions/{session}/turns", json={"input": "x", "code": "raise SystemExit(3)"}).json()
+        assert failing["output"].startswith("[code exit 3]")
+    assert [s["session"] for s in fleet(handle)["sandboxes"] if s["state"] == "claimed"] == [session]
+
+
 def test_the_three_drills_pass_in_their_game_day_on_the_reference_platform(tmp_path):
     plan = plan_path("code-sandboxes")
     assert [r.runbook for r in load_plan(plan).runbooks] == ["sandbox-claim-burst", "sandbox-loss", "sandbox-isolation"]

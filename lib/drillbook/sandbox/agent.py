@@ -1,6 +1,7 @@
 """The agent loop as a stateless service: sessions and turns, state kept in the state store.
 
-A turn reads the session, asks the model (through the gateway's inference route, so the
+A turn reads the session, runs the turn's `code` in the session's code sandbox when it carries
+some (the code tool; its result goes into the prompt and the stored output), asks the model (through the gateway's inference route, so the
 activator covers a scaled-to-zero model tier), appends the turn transactionally with its seq and
 chained hash, and acknowledges ``{seq, hash}``. A turn carrying an Idempotency-Key that was
 already applied returns the stored acknowledgement instead of running again. The gateway
@@ -29,6 +30,10 @@ INFERENCE_PATH = "/internal/v1/generate"
 
 class InferenceUnavailable(Exception):
     """The model tier did not answer (the gateway gave up holding the request)."""
+
+
+class ToolFailed(Exception):
+    """The code tool's sandbox did not run the turn's code."""
 
 
 class AgentService:
@@ -124,13 +129,35 @@ class AgentService:
                 return await self._respond(request, ack(existing, True), stream, replay_tokens=existing.output)
         if stream:
             return await self._streamed_turn(request, tenant, session_id, key, text_in, max_tokens)
+        tool = ""
+        if isinstance(body.get("code"), str):  # the code tool: run it in the session's sandbox first
+            try:
+                tool = await self._run_code(tenant, session_id, body["code"])
+            except ToolFailed as error:
+                return web.json_response({"error": f"the code sandbox failed: {error}"}, status=502)
         try:
-            text_out = await self._generate(tenant, text_in, max_tokens)
+            text_out = await self._generate(tenant, f"{text_in}\n{tool}" if tool else text_in, max_tokens)
         except InferenceUnavailable as error:
             return web.json_response({"error": f"inference unavailable: {error}"}, status=503)
-        turn, replayed = await self._db(self.store.append_turn, session_id, key, text_in, text_out)
+        turn, replayed = await self._db(self.store.append_turn, session_id, key, text_in,
+                                        f"{tool}\n{text_out}" if tool else text_out)
         await self._after_commit()
         return web.json_response(ack(turn, replayed))
+
+    async def _run_code(self, tenant: str, session_id: str, code: str) -> str:
+        """The code tool: the session's sandbox runs code (through the gateway's internal route, so
+        the tenant's session rules hold); its result as one line for the prompt and the turn."""
+        assert self.http is not None
+        url = f"{self.ctx.runtime.gateway_url}/internal/v1/sessions/{session_id}/sandbox/runs"
+        try:
+            async with self.http.post(url, json={"code": code}, headers={**self.internal_headers, HEADER_TENANT: tenant},
+                                      timeout=aiohttp.ClientTimeout(total=150)) as response:
+                answer = await response.json(content_type=None)
+                if response.status != 200:
+                    raise ToolFailed(f"{response.status} {answer.get('error', '')}".strip())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+            raise ToolFailed(str(error) or type(error).__name__) from None
+        return f"[code exit {answer.get('exit_code')}] {str(answer.get('stdout', '')).strip()[:2000]}"
 
     async def _generate(self, tenant: str, prompt: str, max_tokens: Any) -> str:
         assert self.http is not None

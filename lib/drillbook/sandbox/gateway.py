@@ -379,6 +379,15 @@ class Gateway:
         return web.json_response({"slowest": [{"seconds": took, "at": at, "tenant": tenant, "path": path}
                                               for took, at, tenant, path in self.slowest]})
 
+    async def internal_sandbox_route(self, request: web.Request) -> web.StreamResponse:
+        """The agents' code tool: a session's sandbox run, as the tenant the agent names."""
+        tenant = request.headers.get(HEADER_TENANT, "")
+        if request.headers.get(HEADER_INTERNAL_TOKEN) != self.ctx.runtime.internal_token or not tenant:
+            return web.json_response({"error": "unauthorised"}, status=401)
+        session = request.match_info["session_id"]
+        return await self.forward(request, self.tiers[CODEBOX_TIER], {HEADER_TENANT: tenant, **self.internal_headers},
+                                  upstream_path=f"/v1/sessions/{session}/sandbox/runs")
+
     async def inference_route(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get(HEADER_INTERNAL_TOKEN) != self.ctx.runtime.internal_token:
             return web.json_response({"error": "unauthorised"}, status=401)
@@ -398,6 +407,7 @@ async def create_app(ctx: ServiceContext) -> web.Application:
     app.router.add_route("*", "/v1/sessions/{session_id}/sandbox/{tail:.*}", gateway.sandbox_route)
     app.router.add_route("*", "/v1/sessions/{tail:.*}", gateway.tenant_route)
     app.router.add_post("/internal/v1/generate", gateway.inference_route)
+    app.router.add_post("/internal/v1/sessions/{session_id}/sandbox/runs", gateway.internal_sandbox_route)
     app.router.add_get("/internal/v1/slowest", gateway.slowest_route)
     return app
 
