@@ -27,6 +27,7 @@ from drillbook.runlock import TargetLock
 if TYPE_CHECKING:
     from drillbook.execute import ExecutedRun
     from drillbook.shutdown import Interrupted
+    from drillbook.profile import LoadedProfile
 
 
 class PlannedRun(StrictModel):
@@ -216,6 +217,20 @@ def seal_killed_gameday(folder: Path, scratch: Path, owner_pid: int, started_at:
     return f"{folder.name}: ERROR, game day killed (pid {owner_pid}); {len(runs)} run(s) ended, {len(not_run)} did not"
 
 
+def _refuse_if_halted(profile: "LoadedProfile", sandbox_state: Path | None) -> None:
+    """A halted target refuses the whole game day here, before its summary bundle is made (a target
+    that cannot be opened now is left to the runs, which say why)."""
+    from drillbook.errors import DrillbookError
+    from drillbook.halt import refuse_if_halted
+    from drillbook.targets import target_for
+
+    try:
+        target = target_for(profile, sandbox_state)
+    except DrillbookError:
+        return
+    refuse_if_halted(target)
+
+
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
                 on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
@@ -234,6 +249,8 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
         sandbox_state = platform.state_dir
     specs = [resolve_run(planned.runbook, profile, {k: str(v) for k, v in planned.parameters.items()}, sandbox_state)
              for planned in plan.runbooks]  # each run resolved once, with the profile loaded once
+    if platform is None or platform.running():  # a target that runs already may be halted
+        _refuse_if_halted(profile, sandbox_state)
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
     failed: Exception | None = None

@@ -72,6 +72,11 @@ def test_a_halt_stops_the_run_undoes_its_faults_and_refuses_runs_until_lifted(sa
     refused = done(sandbox.state_dir, "run", "cold-start", "--results", str(tmp_path / "refused"))
     assert refused.returncode == 2 and not (tmp_path / "refused").exists()
     assert "target sandbox is halted by alice since" in refused.stderr and "drillbook halt --lift" in refused.stderr
+    plan = tmp_path / "one.yaml"
+    plan.write_text(yaml.safe_dump({"name": "one", "target": "sandbox", "runbooks": [{"runbook": "cold-start"}]}))
+    day = done(sandbox.state_dir, "gameday", str(plan), "--results", str(tmp_path / "refused"))
+    assert day.returncode == 2 and "is halted by alice" in day.stderr
+    assert not [p for p in (tmp_path / "refused").glob("*") if p.is_dir()]  # no summary bundle: refused at once
     lifted = done(sandbox.state_dir, "halt", "--lift")
     assert lifted.returncode == 0 and "halt lifted on sandbox (halted by alice: drill window closed)" in lifted.stdout
     again = done(sandbox.state_dir, "run", "cold-start", "-p", "trials=1", "--results", str(tmp_path / "again"))
