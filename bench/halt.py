@@ -34,7 +34,7 @@ def drillbook(state: Path, *args: str) -> subprocess.Popen[str]:
 
 def leased(handle: launcher.SandboxHandle) -> bool:
     with handle.control() as control:
-        return bool(control._call("GET", "/v1/leases")["leases"])
+        return bool(control.leases())
 
 
 def trial(handle: launcher.SandboxHandle, results: Path) -> tuple[float, float, float]:

@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
-PATHS = {"claim": "/v1/sessions/{session}/sandbox", "run": "/v1/sessions/{session}/sandbox/runs",
-         "release": "/v1/sessions/{session}/sandbox"}  # the reference platform's; a profile may name others
+from drillbook.profile import SandboxCommands
+
+PATHS = {op: SandboxCommands.model_fields[op].default for op in ("claim", "run", "release")}  # the contract's
 OUTPUT_KEPT = 64 * 1024  # of a run's stdout, as the sandbox cuts it too
 
 

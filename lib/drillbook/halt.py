@@ -10,7 +10,6 @@ OPERATOR: REASON"; a new run is refused until `drillbook halt --lift`.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from drillbook.errors import ConfigError
@@ -41,8 +40,6 @@ class HaltWatch:
     def __init__(self, target: Any, interval_s: float = HALT_LOOK_S) -> None:
         self.target = target
         self.interval_s = interval_s
-        self.seen: dict[str, Any] | None = None
-        self.seen_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._look, name="halt-watch", daemon=True)
 
@@ -67,7 +64,6 @@ class HaltWatch:
             except Exception:  # noqa: BLE001 - a target that does not answer now may answer at the next look
                 continue
             if state.get("halted"):
-                self.seen, self.seen_at = state, time.time()
                 SHUTDOWN.stop_for_halt(state)
                 return
 

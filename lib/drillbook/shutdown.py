@@ -33,7 +33,7 @@ class Interrupted(KeyboardInterrupt):
         self.signum, self.at = signum, at
         self.outcome: list[str] = []
         self.bundle: Path | None = None  # the evidence sealed for the interrupted run, if any
-        self.halted: dict | None = SHUTDOWN.halted if "SHUTDOWN" in globals() else None  # who halted the target
+        self.halted: dict | None = SHUTDOWN.halted  # who halted the target, when a halt sent the signal
         global _last
         _last = self  # Typer turns a KeyboardInterrupt into a bare exit code 130; the CLI asks here
 

@@ -33,7 +33,7 @@ def done(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def leases(sandbox) -> list[dict]:
     with sandbox.control() as control:
-        return control._call("GET", "/v1/leases")["leases"]
+        return control.leases()
 
 
 def desired(sandbox, service: str) -> int:

@@ -120,7 +120,7 @@ class CodeboxService:
         self.config = config
         self.store = ctx.runtime.open_store()
         self.root = ctx.runtime.state_dir / "codebox"
-        self.live_dir = Path()  # the running sandboxes' folders (isolation.live_folder), made at start
+        self.live_dir: Path | None = None  # the running sandboxes' folders (isolation.live_folder), made at start
         self.workspaces_dir = self.root / "workspaces"
         self.isolated = not config.has(Defect.NO_ISOLATION)
         self.pool_size = config.codebox_pool  # what it says it keeps; no-warm-pool keeps none
@@ -156,7 +156,8 @@ class CodeboxService:
             await self._destroy(sandbox, "service stopping")
         if self.cgroups is not None:
             self.cgroups.close()
-        shutil.rmtree(self.live_dir, ignore_errors=True)
+        if self.live_dir is not None:  # a start that failed before making it has nothing to remove
+            shutil.rmtree(self.live_dir, ignore_errors=True)
 
     def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coroutine)
@@ -195,6 +196,7 @@ class CodeboxService:
 
     async def _boot(self, warm: bool) -> CodeSandbox:
         number = next(self.counter)
+        assert self.live_dir is not None
         sandbox = CodeSandbox(f"cb-{os.getpid()}-{number}", self.live_dir / f"cb-{number}", warm=warm)
         self.sandboxes[sandbox.id] = sandbox
         try:
@@ -218,7 +220,7 @@ class CodeboxService:
 
     async def _start_process(self, sandbox: CodeSandbox) -> None:
         sandbox.workspace.mkdir(parents=True)
-        init = self.live_dir / "init.py"
+        init = sandbox.folder.parent / "init.py"  # isolation.live_folder's copy
         if self.isolated:
             if self.as_root:
                 os.chown(sandbox.folder, isolation.NOBODY, isolation.NOBODY)

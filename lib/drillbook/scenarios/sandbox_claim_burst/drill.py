@@ -68,7 +68,7 @@ def sandbox_claim_burst(run: Run, working_sessions: int, beyond_pool: int, refil
     keep_observations(run, CLAIMS, claim_rows)
     keep_observations(run, POOL, readings)
     keep_observations(run, WORKING, working_rows)
-    figures = burst_figures(claim_rows, readings, warm_before if claims else 0, size if claims else 0, working_rows)
+    figures = burst_figures(claim_rows, readings, warm_before, size, working_rows)
     for name, value, unit in figures.records():
         run.record(name, value, unit)
     run.keep(judge_burst(figures, max_claim_p50_s, max_claim_p90_s, max_claim_p99_s, max_failed_claims,
