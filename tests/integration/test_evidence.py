@@ -53,7 +53,8 @@ def test_a_written_bundle_verifies(results):
     assert report.ok and set(report.checked) == {first.name, second.name}
     manifest = json.loads((second / "manifest.json").read_text())
     assert manifest["previous"]["bundle"] == first.name
-    assert set(manifest["files"]) == {"summary.json", "load/locust.log", "plots/latency.png", "timeline.jsonl"}
+    assert set(manifest["files"]) == {"summary.json", "load/locust.log", "plots/latency.png", "timeline.jsonl",
+                                      "attestation.intoto.json"}
     assert manifest["status"] == "complete" and manifest["versions"]["drillbook"]
     assert [e.bundle for e in read_ledger(results)] == [first.name, second.name]
     assert not (second / ".unsealed").exists()

@@ -208,13 +208,21 @@ def report_command(
     pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Also push them to this Pushgateway URL."),
     expect_head: Optional[Path] = typer.Option(None, "--expect-head",
                                                help=EXPECT_HEAD_HELP),
+    mapping_file: Optional[Path] = typer.Option(None, "--mapping", help="The control mapping of the framework view "
+                                                "and --oscal: drillbook's controls to DORA, SOC 2, ISO 27001, ISO "
+                                                "22301, NIST SP 800-53 and PCI DSS controls (default: the shipped "
+                                                "one; docs/frameworks.md gives the format)."),
+    oscal: Optional[Path] = typer.Option(None, "--oscal", help="Also write the period as OSCAL assessment results "
+                                                               "(JSON) here."),
 ) -> None:
     """Write the auditor's HTML report: every run of the period under its control.
 
     Whatever its verdict, each run counts; the page shows the score, trends with thresholds,
-    verification findings and each bundle's digest."""
+    the framework view (framework controls, their evidence and gaps), verification findings and
+    each bundle's digest."""
     from drillbook.config import output_file
     from drillbook.evidence.anchor import read_head
+    from drillbook.evidence.frameworks import load_mapping
     from drillbook.evidence.report import PeriodEvidence, write_junit, write_report
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
@@ -224,6 +232,8 @@ def report_command(
         raise ConfigError(f"--since {since} is after --until {until}: the period would hold nothing")
     output = output_file(output, "--output")
     junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
+    oscal = output_file(oscal, "--oscal")
+    mapping = load_mapping(mapping_file)
     trusted = _trusted_keys(public_key)
     if pushgateway:
         from drillbook.evidence.metrics import pushgateway_ready
@@ -233,7 +243,11 @@ def report_command(
         evidence = PeriodEvidence.read(target, trusted, start, end, source,  # verified once, for every output
                                        expected_head=read_head(expect_head, target) if expect_head else None,
                                        head_source=str(expect_head) if expect_head else "")
-        console.print(f"report written to {write_report(evidence, output)}")
+        console.print(f"report written to {write_report(evidence, output, mapping)}")
+        if oscal is not None:
+            from drillbook.evidence.oscal import write_oscal
+
+            console.print(f"OSCAL assessment results written to {write_oscal(evidence, mapping, oscal)}")
         if junit is not None:
             console.print(f"JUnit XML written to {write_junit(evidence, junit)}")
         if metrics_file is not None or pushgateway:

@@ -36,16 +36,17 @@ from drillbook import __version__
 from drillbook.digest import file_sha256 as sha256_file
 from drillbook.errors import BundleExists, EvidenceError
 from drillbook.evidence import signing
+from drillbook.evidence.attestation import ATTESTATION, envelope, predicate, statement
 from drillbook.evidence.anchor import append_witness, head_of
 from drillbook.evidence.ledger import LEDGER, LedgerEntry, canonical_json, read_ledger
 from drillbook.evidence.redact import Redactor
 from drillbook.processes import same_process, start_ticks
 
-FORMAT = "drillbook-evidence/1"
+FORMAT = "drillbook-evidence/2"  # 2: every bundle carries an in-toto attestation (drillbook.evidence.attestation)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 UNSEALED = ".unsealed"
-RESERVED = {MANIFEST, SIGNATURE, UNSEALED}
+RESERVED = {MANIFEST, SIGNATURE, UNSEALED, ATTESTATION}  # names a run cannot write: sealing writes them
 TEXT_SUFFIXES = {".json", ".jsonl", ".csv", ".log", ".txt", ".html", ".ipynb", ".yaml", ".yml", ".md", ".py"}
 PACKAGES = ("papermill", "nbclient", "nbconvert", "chaostoolkit", "chaostoolkit-lib", "chaostoolkit-kubernetes",
             "kubernetes", "locust", "pandas", "matplotlib", "pydantic", "aiohttp")
@@ -272,11 +273,13 @@ class BundleWriter:
         self.timeline.merge(stamped)
 
     # -- sealing -----------------------------------------------------------------------------
-    def _files(self) -> dict[str, dict[str, Any]]:
+    def _files(self, attested: bool = True) -> dict[str, dict[str, Any]]:
+        """Every file of the bundle with its digest (attested: the attestation included)."""
         listed = {}
         for path in sorted(self.path.rglob("*")):
             relative = path.relative_to(self.path).as_posix()
-            if path.is_file() and relative not in RESERVED and not path.name.endswith(".partial"):
+            if path.is_file() and (relative not in RESERVED or attested and relative == ATTESTATION) \
+                    and not path.name.endswith(".partial"):
                 listed[relative] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         return listed
 
@@ -296,11 +299,13 @@ class BundleWriter:
             "error": self.redactor.text(error) if error else None,
             "started_at": utc_iso(self.started), "finished_at": utc_iso(datetime.now(timezone.utc)),
             "versions": dict(package_versions()), "git": git_state(self.project_root) if self.project_root else None,
-            "files": self._files(), **self.extra,
+            **self.extra,
             "signing": None if key is None else {
                 "algorithm": "ed25519", "public_key": signing.public_key_b64(key.public_key()),
                 "fingerprint": signing.fingerprint(key.public_key())},
         }
+        self._attest(manifest, key)
+        manifest["files"] = self._files()
         with _LedgerLock(self.results_dir) as ledger:
             entries = read_ledger(self.results_dir)
             previous = entries[-1] if entries else None
@@ -320,7 +325,7 @@ class BundleWriter:
                 (self.path / UNSEALED).unlink()  # before the ledger names it: a sealed bundle holds no marker
                 ledger.append(entry)
             except OSError:  # a full disk: the bundle stays unsealed, as it was, for rollback to seal
-                for made in (MANIFEST, SIGNATURE):
+                for made in (MANIFEST, SIGNATURE, ATTESTATION):
                     (self.path / made).unlink(missing_ok=True)
                 if not (self.path / UNSEALED).exists():
                     (self.path / UNSEALED).write_bytes(marker)
@@ -330,6 +335,15 @@ class BundleWriter:
         make_read_only(self.path)
         self.sealed = SealedBundle(self.path, digest, status)
         return self.sealed
+
+    def _attest(self, manifest: dict[str, Any], key: Any) -> None:
+        """Write the in-toto attestation of every file written so far (drillbook.evidence.attestation)."""
+        try:
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = None
+        body = statement(self._files(attested=False), predicate(manifest, summary if isinstance(summary, dict) else None))
+        atomic_create(self.path / ATTESTATION, canonical_json(envelope(body, key)), replace=True)
 
     def __enter__(self) -> "BundleWriter":
         return self

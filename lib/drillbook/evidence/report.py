@@ -8,7 +8,8 @@ verdict, trend charts with the SLO threshold and the failed runs, and the key fi
 naming the run it comes from; the digest of each bundle appears once, in the list of bundles.
 Bundles of runbooks that are not controls (sandbox smoke, on-call runbooks, game-day
 summaries) are listed, not scored. The period, the score's definition and how signatures were
-checked are printed on the page.
+checked are printed on the page. The framework view files the same runs under the framework
+controls of a control mapping (drillbook.evidence.frameworks), with the gaps.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -29,6 +30,9 @@ from drillbook.evidence.verify import (LEDGER_FINDING, TRUSTED, UNSIGNED, Eviden
                                       verify_evidence)
 from drillbook.plots import pyplot
 from drillbook.scenarios import Figure, Scenario, controls
+
+if TYPE_CHECKING:
+    from drillbook.evidence.frameworks import ControlMapping
 
 SCORE_DEFINITION = ("Resilience score: for each control, the share of its runs in the period that passed; a run "
                     "passes only when its verdict is PASS, it was sealed complete and its bundle verifies. FAIL, "
@@ -283,11 +287,15 @@ class PeriodEvidence:
 
 
 def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
-                  until: datetime | None = None) -> str:
-    return render(PeriodEvidence.read(results_dir, trusted, since, until))
+                  until: datetime | None = None, mapping: "ControlMapping | None" = None) -> str:
+    return render(PeriodEvidence.read(results_dir, trusted, since, until), mapping)
 
 
-def render(evidence: PeriodEvidence) -> str:
+def render(evidence: PeriodEvidence, mapping: "ControlMapping | None" = None) -> str:
+    """The page; mapping: the control mapping of its framework view (None: the shipped one)."""
+    from drillbook.evidence.frameworks import load_mapping, requirement_statuses
+
+    mapping = mapping if mapping is not None else load_mapping()
     rows, verification, failed = evidence.rows, evidence.verification, evidence.failed
     sections = build_sections(rows, failed)
     scored = {s.control.control for s in sections}
@@ -305,13 +313,13 @@ def render(evidence: PeriodEvidence) -> str:
         findings=verification.findings, failed=failed, checked=len(verification.checked),
         signatures=signatures_line(verification, evidence.trusted), shown_verdict=shown_verdict,
         head=verification.head or "no kept head given (--expect-head): a ledger cut at its tail cannot be seen",
-        history=verification.entries,
+        history=verification.entries, mapping=mapping, requirements=requirement_statuses(mapping, rows, failed),
     )
 
 
-def write_report(evidence: PeriodEvidence, output: Path) -> Path:
+def write_report(evidence: PeriodEvidence, output: Path, mapping: "ControlMapping | None" = None) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(evidence), encoding="utf-8")
+    output.write_text(render(evidence, mapping), encoding="utf-8")
     return output
 
 

@@ -1,5 +1,5 @@
 """Check a results folder (or one bundle): file digests, manifest digests, the chain, signatures,
-and the ledger head kept outside.
+each bundle's in-toto attestation, and the ledger head kept outside.
 
 Each problem is a Finding that names the bundle and, where it can, the file; ``ok`` holds only
 when there is no error-level finding. Trust is explicit: signatures are checked against the
@@ -24,6 +24,7 @@ from typing import Any
 
 from drillbook.evidence import signing
 from drillbook.evidence.anchor import check_head
+from drillbook.evidence.attestation import problems as attestation_problems
 from drillbook.evidence.bundle import MANIFEST, SIGNATURE, UNSEALED, read_ledger_text, sha256_file, writer_running
 from drillbook.evidence.ledger import BUNDLE_NAME, LEDGER, LedgerEntry, parse_ledger
 
@@ -226,6 +227,8 @@ def check_bundle(folder: Path, entry: LedgerEntry, trusted: set[str] | None, req
         report.add(entry.bundle, "chain-broken", "the manifest's previous-bundle digest disagrees with the ledger")
     check_files(folder, manifest, report)
     check_signature(folder, manifest, digest, trusted, require_signed, report)
+    for kind, detail in attestation_problems(folder, manifest):
+        report.add(entry.bundle, kind, detail)
 
 
 def check_chain(results_dir: Path, entries: list[LedgerEntry], report: VerifyReport, trusted: set[str] | None,
