@@ -214,6 +214,8 @@ def report_command(
                                                 "one; docs/frameworks.md gives the format)."),
     oscal: Optional[Path] = typer.Option(None, "--oscal", help="Also write the period as OSCAL assessment results "
                                                                "(JSON) here."),
+    pdf: Optional[Path] = typer.Option(None, "--pdf", help="Also print the report to PDF here (WeasyPrint; A4 "
+                                                           "landscape)."),
 ) -> None:
     """Write the auditor's HTML report: every run of the period under its control.
 
@@ -232,8 +234,12 @@ def report_command(
         raise ConfigError(f"--since {since} is after --until {until}: the period would hold nothing")
     output = output_file(output, "--output")
     junit, metrics_file = output_file(junit, "--junit"), output_file(metrics_file, "--metrics-file")
-    oscal = output_file(oscal, "--oscal")
+    oscal, pdf = output_file(oscal, "--oscal"), output_file(pdf, "--pdf")
     mapping = load_mapping(mapping_file)
+    if pdf is not None:
+        from drillbook.evidence.report import pdf_engine
+
+        pdf_engine()
     trusted = _trusted_keys(public_key)
     if pushgateway:
         from drillbook.evidence.metrics import pushgateway_ready
@@ -244,6 +250,10 @@ def report_command(
                                        expected_head=read_head(expect_head, target) if expect_head else None,
                                        head_source=str(expect_head) if expect_head else "")
         console.print(f"report written to {write_report(evidence, output, mapping)}")
+        if pdf is not None:
+            from drillbook.evidence.report import write_pdf
+
+            console.print(f"PDF written to {write_pdf(evidence, pdf, mapping)}")
         if oscal is not None:
             from drillbook.evidence.oscal import write_oscal
 

@@ -273,13 +273,12 @@ class BundleWriter:
         self.timeline.merge(stamped)
 
     # -- sealing -----------------------------------------------------------------------------
-    def _files(self, attested: bool = True) -> dict[str, dict[str, Any]]:
-        """Every file of the bundle with its digest (attested: the attestation included)."""
+    def _files(self) -> dict[str, dict[str, Any]]:
+        """Every file a run wrote, with its digest (not what sealing writes)."""
         listed = {}
         for path in sorted(self.path.rglob("*")):
             relative = path.relative_to(self.path).as_posix()
-            if path.is_file() and (relative not in RESERVED or attested and relative == ATTESTATION) \
-                    and not path.name.endswith(".partial"):
+            if path.is_file() and relative not in RESERVED and not path.name.endswith(".partial"):
                 listed[relative] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         return listed
 
@@ -304,8 +303,7 @@ class BundleWriter:
                 "algorithm": "ed25519", "public_key": signing.public_key_b64(key.public_key()),
                 "fingerprint": signing.fingerprint(key.public_key())},
         }
-        self._attest(manifest, key)
-        manifest["files"] = self._files()
+        manifest["files"] = self._attest(manifest, key)
         with _LedgerLock(self.results_dir) as ledger:
             entries = read_ledger(self.results_dir)
             previous = entries[-1] if entries else None
@@ -336,14 +334,18 @@ class BundleWriter:
         self.sealed = SealedBundle(self.path, digest, status)
         return self.sealed
 
-    def _attest(self, manifest: dict[str, Any], key: Any) -> None:
-        """Write the in-toto attestation of every file written so far (drillbook.evidence.attestation)."""
+    def _attest(self, manifest: dict[str, Any], key: Any) -> dict[str, dict[str, Any]]:
+        """Write the in-toto attestation of every file written so far (drillbook.evidence.attestation);
+        returns every file of the bundle, the attestation included, with its digest."""
         try:
             summary = json.loads((self.path / "summary.json").read_text())
         except (OSError, ValueError):
             summary = None
-        body = statement(self._files(attested=False), predicate(manifest, summary if isinstance(summary, dict) else None))
-        atomic_create(self.path / ATTESTATION, canonical_json(envelope(body, key)), replace=True)
+        files = self._files()
+        body = statement(files, predicate(manifest, summary if isinstance(summary, dict) else None))
+        data = canonical_json(envelope(body, key))
+        atomic_create(self.path / ATTESTATION, data, replace=True)
+        return {**files, ATTESTATION: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}
 
     def __enter__(self) -> "BundleWriter":
         return self

@@ -94,7 +94,8 @@ def load_mapping(path: Path | None = None) -> ControlMapping:
     if not isinstance(data, dict):
         raise ConfigError(f"the control mapping {where} is not a mapping with a 'frameworks' list")
     try:
-        mapping = ControlMapping.model_validate({**data, "source": where})
+        mapping = ControlMapping.model_validate({**data, "source": str(path) if path is not None else
+                                                 "drillbook/evidence/mappings/frameworks.yaml (shipped)"})
     except ValidationError as error:
         raise ConfigError(f"the control mapping {where}: {validation_line(error)}") from None
     known = known_controls()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
+from drillbook.errors import ConfigError
 from drillbook.evidence.catalog import RUNNING, BundleRow, list_bundles
 from drillbook.evidence.verify import (LEDGER_FINDING, TRUSTED, UNSIGNED, EvidenceSource, VerifyReport,
                                       verify_evidence)
@@ -320,6 +321,25 @@ def render(evidence: PeriodEvidence, mapping: "ControlMapping | None" = None) ->
 def write_report(evidence: PeriodEvidence, output: Path, mapping: "ControlMapping | None" = None) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(evidence, mapping), encoding="utf-8")
+    return output
+
+
+def pdf_engine() -> Any:
+    """WeasyPrint's HTML class, or one ConfigError line when it cannot load (it needs Pango)."""
+    try:
+        from weasyprint import HTML
+    except (ImportError, OSError) as error:
+        raise ConfigError(f"--pdf needs WeasyPrint and the Pango library (Debian: apt-get install libpango-1.0-0 "
+                          f"libpangoft2-1.0-0): {str(error).splitlines()[0]}") from None
+    return HTML
+
+
+def write_pdf(evidence: PeriodEvidence, output: Path, mapping: "ControlMapping | None" = None) -> Path:
+    """The same page printed to PDF by WeasyPrint (A4 landscape; charts, rows and each framework's
+    table kept whole on a page)."""
+    engine = pdf_engine()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    engine(string=render(evidence, mapping)).write_pdf(output)
     return output
 
 
