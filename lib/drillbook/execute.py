@@ -96,8 +96,9 @@ def execute(name: str, target: str = "sandbox", overrides: dict[str, str] | None
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-run-"))
         work, executed = scratch / "work", scratch / "runbook.ipynb"
         work.mkdir()
+        record = spec.exercise.sealed() if spec.exercise is not None else None
         bundle = BundleWriter(results, path.stem, profile.name, parameters, secrets=workload.secrets(),
-                              **evidence_settings())
+                              extra={"exercise": record} if record else None, **evidence_settings())
         ledger = ProcessLedger(state / PROCESSES)
         run_entry = ledger.started("run", os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
         ending = RunEnding()

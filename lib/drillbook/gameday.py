@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 from drillbook import jsonl, project
 from drillbook.config import StrictModel, evidence_settings, results_dir, validation_line
 from drillbook.errors import ConfigError
+from drillbook.evidence.exercise import Exercise
 from drillbook.profile import load_profile
 from drillbook.runlock import TargetLock
 
@@ -39,6 +40,7 @@ class GameDayPlan(StrictModel):
     name: str
     target: str = "sandbox"
     runbooks: list[PlannedRun] = Field(min_length=1)
+    exercise: Exercise = Field(default_factory=Exercise)  # the exercise record every run of it is sealed with
 
 
 def plan_path(name_or_path: str | None) -> Path:
@@ -116,15 +118,17 @@ class GameDaySummary:
         self.bundle, self.scratch, self.ledger, self.entry = bundle, scratch, ledger, entry
 
     @classmethod
-    def open(cls, plan: GameDayPlan, target: str, results: Path | None, state: Path) -> "GameDaySummary":
+    def open(cls, plan: GameDayPlan, target: str, results: Path | None, state: Path,
+             exercise: Exercise | None = None) -> "GameDaySummary":
         import tempfile
 
         from drillbook.evidence import BundleWriter
         from drillbook.evidence.catalog import GAMEDAY_PREFIX
         from drillbook.processes import PROCESSES, ProcessLedger
 
+        record = exercise.sealed() if exercise is not None else None
         bundle = BundleWriter(results_dir(results), f"{GAMEDAY_PREFIX}{plan.name}", target, plan.model_dump(),
-                              **evidence_settings())
+                              extra={"exercise": record} if record else None, **evidence_settings())
         scratch = Path(tempfile.mkdtemp(prefix="drillbook-gameday-"))
         ledger = ProcessLedger(state / PROCESSES)
         entry = ledger.started(GAMEDAY, os.getpid(), json.dumps({"bundle": str(bundle.path), "scratch": str(scratch)}))
@@ -233,7 +237,10 @@ def _refuse_if_halted(profile: "LoadedProfile", sandbox_state: Path | None) -> N
 
 def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = None,
                 on_start: Callable[[int, int, str], None] | None = None,
-                on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None) -> GameDayResult:
+                on_done: Callable[[ExecutedRun], None] | None = None, target: str | None = None,
+                exercise: Exercise | None = None) -> GameDayResult:
+    """Run a plan's runbooks one after the other on its target (exercise: the record every run
+    is sealed with, the plan's own when None)."""
     from drillbook.execute import execute
     from drillbook.runspec import resolve_run
     from drillbook.shutdown import SHUTDOWN, Interrupted
@@ -247,15 +254,16 @@ def run_gameday(plan_file: Path, sandbox_state: Path, results: Path | None = Non
     platform = owned_platform(profile, sandbox_state)  # None: someone else runs the target
     if platform is not None:
         sandbox_state = platform.state_dir
-    specs = [resolve_run(planned.runbook, profile, {k: str(v) for k, v in planned.parameters.items()}, sandbox_state)
-             for planned in plan.runbooks]  # each run resolved once, with the profile loaded once
+    record = exercise if exercise is not None else plan.exercise
+    specs = [resolve_run(planned.runbook, profile, {k: str(v) for k, v in planned.parameters.items()}, sandbox_state,
+                         record) for planned in plan.runbooks]  # each run resolved once, with the profile loaded once
     if platform is None or platform.running():  # a target that runs already may be halted
         _refuse_if_halted(profile, sandbox_state)
     runs: list[tuple[str, str, Path]] = []
     stopped: Interrupted | None = None
     failed: Exception | None = None
     with TargetLock(profile, f"game day {plan.name}", sandbox_state):
-        summary = GameDaySummary.open(plan, profile.name, results, specs[0].state)
+        summary = GameDaySummary.open(plan, profile.name, results, specs[0].state, record)
         started_here = platform is not None and not platform.running()
         try:
             if started_here:

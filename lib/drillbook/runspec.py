@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from drillbook.evidence.exercise import Exercise
     from drillbook.profile import LoadedProfile
 
 
@@ -31,6 +32,7 @@ class RunSpec:
     parameters: dict[str, Any]
     validated: BaseModel | None
     state: Path
+    exercise: "Exercise | None" = None  # scope, participants, objectives, reference: sealed with the run
 
     @property
     def target_argument(self) -> str:
@@ -39,7 +41,7 @@ class RunSpec:
 
 
 def resolve_run(runbook: str, target: "str | LoadedProfile", overrides: dict[str, str],
-                sandbox_state: Path | None = None) -> RunSpec:
+                sandbox_state: Path | None = None, exercise: "Exercise | None" = None) -> RunSpec:
     """Resolve a run once: the notebook by name, the profile (loaded unless given), the
     parameters (defaults, the profile's SLOs, overrides; typed, checked against the scenario's
     limits; who runs an on-call runbook), and the target's state folder."""
@@ -50,4 +52,4 @@ def resolve_run(runbook: str, target: "str | LoadedProfile", overrides: dict[str
     profile = target if isinstance(target, LoadedProfile) else load_profile(target)
     values, validated = resolve_parameters(notebook, overrides, profile)
     parameters = check_oncall(notebook.stem, profile.name, values)
-    return RunSpec(notebook.stem, notebook, profile, parameters, validated, profile.state_dir(sandbox_state))
+    return RunSpec(notebook.stem, notebook, profile, parameters, validated, profile.state_dir(sandbox_state), exercise)

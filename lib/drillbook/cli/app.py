@@ -22,6 +22,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 StateDirOption = typer.Option(None, "--state-dir", help="Sandbox state directory (env DRILLBOOK_STATE_DIR).")
+# The exercise record a run is sealed with (drillbook.evidence.exercise).
+ScopeOption = typer.Option(None, "--scope", help="Exercise record: what this exercise covers.")
+ParticipantOption = typer.Option([], "--participant", help="Exercise record: who took part, and as what (repeat).")
+ObjectiveOption = typer.Option([], "--objective", help="Exercise record: what it sets out to show (repeat).")
+ReferenceOption = typer.Option(None, "--reference", help="Exercise record: the incident or change it belongs to.")
 
 
 @app.command()

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from drillbook.cli.app import StateDirOption, app, console, err_console
+from drillbook.cli.app import (ObjectiveOption, ParticipantOption, ReferenceOption, ScopeOption, StateDirOption, app,
+                               console, err_console)
 from drillbook.config import state_dir
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ def gameday_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what each run would act on and touch nothing."),
     publish: Optional[str] = typer.Option(None, "--publish", help="Afterwards copy the evidence to this "
                                           "object-locked store, s3://bucket/prefix (see `drillbook publish`)."),
+    scope: Optional[str] = ScopeOption,
+    participant: list[str] = ParticipantOption,
+    objective: list[str] = ObjectiveOption,
+    reference: Optional[str] = ReferenceOption,
 ) -> None:
     """Run a game day; starts and stops the sandbox when the plan needs one. Exit 0 only if all PASS."""
     from drillbook.config import output_file, results_dir
@@ -39,6 +44,9 @@ def gameday_command(
 
     path = plan_path(plan)
     checked = load_plan(path, target)  # the whole plan is checked before anything runs
+    from drillbook.evidence.exercise import exercise_options
+
+    exercise = exercise_options(scope, participant, objective, reference, base=checked.exercise)
     if dry_run:
         _print_blast_radius(checked, state)
         return
@@ -56,7 +64,7 @@ def gameday_command(
                       f"evidence in {results_dir(results)}", soft_wrap=True)
     try:
         result = run_gameday(
-            path, state_dir(state), results, target=target,
+            path, state_dir(state), results, target=target, exercise=exercise,
             on_start=lambda index, total, name: err_console.print(f"[dim]…[/] [{index}/{total}] {name}"),
             on_done=_print_done)
     except Interrupted as stop:

@@ -9,6 +9,10 @@ import typer
 from rich.table import Table
 
 from drillbook.cli.app import (
+    ObjectiveOption,
+    ParticipantOption,
+    ReferenceOption,
+    ScopeOption,
     StateDirOption,
     app,
     console,
@@ -28,6 +32,10 @@ def run_command(
     state: Optional[Path] = StateDirOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what the run would act on (its blast radius) "
                                  "and touch nothing."),
+    scope: Optional[str] = ScopeOption,
+    participant: list[str] = ParticipantOption,
+    objective: list[str] = ObjectiveOption,
+    reference: Optional[str] = ReferenceOption,
 ) -> None:
     """Run a runbook headless and keep its evidence; exit 0 only on PASS."""
     from drillbook.execute import execute
@@ -52,12 +60,14 @@ def run_command(
             console.print(table)
         return
     from drillbook.config import results_dir
+    from drillbook.evidence.exercise import exercise_options
     from drillbook.runspec import resolve_run
 
     overrides = name_value_pairs(parameter, "-p")
+    exercise = exercise_options(scope, participant, objective, reference)
     # bad input stops here, before a kernel starts: the results folder, the runbook, its parameters, the profile
     results = results_dir(results, make=False)  # made once the run's other input and its target are known good
-    spec = resolve_run(runbook, target, overrides, state_dir(state))
+    spec = resolve_run(runbook, target, overrides, state_dir(state), exercise)
     if dry_run:
         from drillbook.blast import blast_radius
 

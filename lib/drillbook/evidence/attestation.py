@@ -43,6 +43,7 @@ def predicate(manifest: Mapping[str, Any], summary: Mapping[str, Any] | None) ->
                    for check in summary.get("checks", []) if isinstance(check, dict)],
         "period": {"startedAt": manifest["started_at"], "finishedAt": manifest["finished_at"]},
         "operator": metrics.get("operator"), "incident": metrics.get("incident"),
+        "exercise": manifest.get("exercise"),  # scope, participants, objectives, reference (exercise.py)
         "drillbook": manifest.get("versions", {}).get("drillbook"),
     }
 

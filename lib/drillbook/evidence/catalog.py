@@ -25,6 +25,7 @@ class BundleRow:
     finished_at: str
     manifest_sha256: str | None
     summary: RunSummary | None
+    exercise: dict | None = None  # the exercise record it was sealed with (drillbook.evidence.exercise)
 
     @property
     def name(self) -> str:
@@ -111,9 +112,10 @@ def read_row(folder: Path) -> BundleRow:
         summary = RunSummary.read(folder / "summary.json")
     except (ValueError, TypeError, UnicodeDecodeError):
         summary = None
+    exercise = manifest.get("exercise")
     return BundleRow(folder, str(manifest.get("runbook", "?")), str(manifest.get("target", "?")),
                      str(manifest.get("status", "?")), str(manifest.get("finished_at", "")),
-                     hashlib.sha256(data).hexdigest(), summary)
+                     hashlib.sha256(data).hexdigest(), summary, exercise if isinstance(exercise, dict) else None)
 
 
 def missing_rows(results_dir: Path, present: set[str], ledger: list[LedgerEntry] | None = None) -> list[BundleRow]:

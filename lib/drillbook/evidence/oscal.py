@@ -4,7 +4,9 @@ Built with compliance-trestle's OSCAL models (their own validation runs as the d
 one result for the period, whose reviewed controls are the framework controls of the control
 mapping; one observation per run, with its bundle's manifest digest as the evidence link; one
 finding per framework control, its objective status `satisfied` only when the mapping's state is
-MET; and one open risk per framework control whose latest evidence did not pass. UUIDs are
+MET; one open risk per framework control whose latest evidence did not pass; and one risk per
+remediation item (drillbook.evidence.remediation), open or closed, with its owner, due date and
+action as the response. UUIDs are
 derived from what they name (the bundle's manifest digest, the control id), so the same period
 exported twice names its parts alike.
 """
@@ -14,11 +16,15 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow
 from drillbook.evidence.frameworks import MET, NO_EVIDENCE, ControlMapping, RequirementStatus, requirement_statuses
 from drillbook.evidence.report import PeriodEvidence, moment_of, run_passed, shown_verdict
+
+if TYPE_CHECKING:
+    from drillbook.evidence.remediation import RemediationItem
 
 NAMESPACE = uuid.UUID("5d7f3c2e-8a53-4c36-9f0e-2b2f3f6a9d11")  # drillbook's: uuid5 of what a part names
 PROPERTY_NS = "urn:drillbook:oscal"  # the namespace of drillbook's own property names
@@ -91,6 +97,31 @@ def _risk(status: RequirementStatus, observed: dict[str, str], failed: set[str])
     )
 
 
+def _remediation_risk(item: "RemediationItem", observed: dict[str, str], now: datetime):
+    """A remediation item as a risk: open (remediating once it has an owner) or closed, its due
+    date as the deadline, its action as the planned (or completed) response."""
+    from trestle.oscal.common import RelatedObservation, Response, Risk
+
+    runs = [r for r in (item.opened_by, *item.failures, item.closed_by) if r is not None and r.name in observed]
+    opened = f"opened by the FAIL of run {item.opened_by.run_id}" if item.opened_by else \
+        f"opened by a remediation record of {item.opened_at}"
+    closed = f"closed by the passing run {item.closed_by.run_id}" if item.closed_by else "open"
+    action = "; ".join(item.actions) or "no action recorded yet"
+    status = "closed" if not item.open else ("remediating" if item.owner else "open")
+    return Risk(
+        uuid=_uuid("remediation", item.key), title=f"Remediation: {item.control} on {item.target}",
+        description=f"{opened}; {closed}; {item.age_days(now):.1f} days" + (" (overdue)" if item.overdue(now) else "")
+                    + (f". Findings: {'; '.join(item.findings)}" if item.findings else ""),
+        statement=f"The {item.control} control on {item.target} owes remediation: {action}.",
+        status=status, props=[_prop("owner", item.owner or "none"), _prop("remediation-key", item.key)],
+        deadline=datetime.fromisoformat(f"{item.due}T23:59:59+00:00") if item.due else None,
+        remediations=[Response(uuid=_uuid("response", item.key), lifecycle="completed" if not item.open else "planned",
+                               title=action[:200], description=action,
+                               props=[_prop("owner", item.owner or "none")])],
+        related_observations=[RelatedObservation(observation_uuid=observed[r.name]) for r in runs] or None,
+    )
+
+
 def assessment_results(evidence: PeriodEvidence, mapping: ControlMapping):
     """The period as an OSCAL AssessmentResults model (trestle.oscal.assessment_results)."""
     from trestle.oscal import OSCAL_VERSION
@@ -104,6 +135,7 @@ def assessment_results(evidence: PeriodEvidence, mapping: ControlMapping):
     observations = [_observation(row, failed) for row in rows]
     observed = {row.name: o.uuid for row, o in zip(rows, observations)}
     risks = {s.oscal_id: _risk(s, observed, failed) for s in statuses if s.not_passed}
+    owed = [_remediation_risk(item, observed, now) for item in evidence.remediation()]
     moments = [m for m in (moment_of(r) for r in rows) if m is not None]
     start = evidence.period.since or (min(moments) if moments else now)
     end = evidence.period.until or (max(moments) if moments else now)
@@ -120,7 +152,7 @@ def assessment_results(evidence: PeriodEvidence, mapping: ControlMapping):
                     f"{sum(1 for s in statuses if s.state == MET)} met, {gaps} with no evidence in the period.",
         start=start, end=end,
         reviewed_controls=ReviewedControls(control_selections=selections),
-        observations=observations or None, risks=list(risks.values()) or None,
+        observations=observations or None, risks=[*risks.values(), *owed] or None,
         findings=[_finding(s, observed, risks[s.oscal_id].uuid if s.oscal_id in risks else None)
                   for s in statuses] or None,
     )

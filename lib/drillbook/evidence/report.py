@@ -34,6 +34,7 @@ from drillbook.scenarios import Figure, Scenario, controls
 
 if TYPE_CHECKING:
     from drillbook.evidence.frameworks import ControlMapping
+    from drillbook.evidence.remediation import RemediationItem
 
 SCORE_DEFINITION = ("Resilience score: for each control, the share of its runs in the period that passed; a run "
                     "passes only when its verdict is PASS, it was sealed complete and its bundle verifies. FAIL, "
@@ -286,6 +287,22 @@ class PeriodEvidence:
     def failed(self) -> set[str]:
         return self.verification.failed_bundles()
 
+    def remediation(self) -> list["RemediationItem"]:
+        """The remediation items of the results folder that were open at some time in the period
+        (drillbook.evidence.remediation): opened before it ended, and open or closed after it began."""
+        from drillbook.evidence.remediation import read_records, remediation_items
+
+        records, _ = read_records(self.results_dir)
+        items = remediation_items(list_bundles(self.results_dir, self.verification.ledger), records, self.failed)
+        since, until = self.period.since, self.period.until
+
+        def overlaps(item: "RemediationItem") -> bool:
+            opened = datetime.fromisoformat(item.opened_at.replace("Z", "+00:00"))
+            closed = datetime.fromisoformat(item.closed_at.replace("Z", "+00:00")) if item.closed_at else None
+            return (until is None or opened <= until) and (since is None or closed is None or closed >= since)
+
+        return [item for item in items if overlaps(item)]
+
 
 def render_report(results_dir: Path, trusted: set[str] | None = None, since: datetime | None = None,
                   until: datetime | None = None, mapping: "ControlMapping | None" = None) -> str:
@@ -315,6 +332,8 @@ def render(evidence: PeriodEvidence, mapping: "ControlMapping | None" = None) ->
         signatures=signatures_line(verification, evidence.trusted), shown_verdict=shown_verdict,
         head=verification.head or "no kept head given (--expect-head): a ledger cut at its tail cannot be seen",
         history=verification.entries, mapping=mapping, requirements=requirement_statuses(mapping, rows, failed),
+        remediation=sorted(evidence.remediation(), key=lambda i: (not i.open, i.opened_at)),
+        now=datetime.now(timezone.utc),
     )
 
 

@@ -1,5 +1,6 @@
 """Check a results folder (or one bundle): file digests, manifest digests, the chain, signatures,
-each bundle's in-toto attestation, and the ledger head kept outside.
+each bundle's in-toto attestation, the exercise records (findings and remediation, chained and
+signed like the ledger) and the ledger head kept outside.
 
 Each problem is a Finding that names the bundle and, where it can, the file; ``ok`` holds only
 when there is no error-level finding. Trust is explicit: signatures are checked against the
@@ -27,6 +28,7 @@ from drillbook.evidence.anchor import check_head
 from drillbook.evidence.attestation import problems as attestation_problems
 from drillbook.evidence.bundle import MANIFEST, SIGNATURE, UNSEALED, read_ledger_text, sha256_file, writer_running
 from drillbook.evidence.ledger import BUNDLE_NAME, LEDGER, LedgerEntry, parse_ledger
+from drillbook.evidence.remediation import RECORDS, RECORDS_FINDING, check_records
 
 COMPLETE = "complete"
 # A sealed bundle holds its manifest, its signature and what the manifest lists: nothing else, an
@@ -269,7 +271,7 @@ def _unledgered(results_dir: Path, seen: set[str], report: VerifyReport, trusted
                 require_signed: bool) -> None:
     """Everything in the results folder that the ledger does not account for."""
     for path in sorted(results_dir.iterdir()):
-        if path.name in seen or path.name == LEDGER:
+        if path.name in seen or path.name in (LEDGER, RECORDS):
             continue
         if path.is_symlink():
             report.add(path.name, "symlink", "a symlink in the results folder is not evidence drillbook sealed")
@@ -342,6 +344,8 @@ def verify_path(path: Path, trusted: set[str] | None = None, *, require_signed: 
     seen = check_chain(results_dir, entries, report, trusted, require_signed, only)
     if only is None and results_dir.is_dir():
         _unledgered(results_dir, seen, report, trusted, require_signed)
+        for kind, detail in check_records(results_dir, entries, trusted):
+            report.add(RECORDS_FINDING, kind, detail)
     elif path.name not in seen:
         report.checked.append(path.name)
         _check_unsealed(path, report, trusted, require_signed)
