@@ -67,6 +67,8 @@ def test_a_fail_opens_remediation_that_a_later_pass_closes(sandbox, tmp_path: Pa
     public = Path(env["XDG_CONFIG_HOME"]) / "drillbook" / "signing-key.pem.pub"
     verified = drillbook("verify", str(results), "--public-key", str(public))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "exercise records: 2 findings and remediation records, chain, signatures and bundles hold" in \
+        verified.stdout
 
     assert drillbook("report", str(results), "-o", "page.html", "--oscal", "ar.json").returncode == 0
     page = (tmp_path / "page.html").read_text()

@@ -166,6 +166,14 @@ def verify_command(
             "not checked against any trusted key"
         console.print(f"signatures ({trust}): " + ", ".join(f"{n} {state}" for state, n in sorted(signatures.items())),
                       soft_wrap=True)
+    if target.is_dir() and (target / "records.jsonl").is_file():
+        from drillbook.evidence.remediation import RECORDS_FINDING, read_records
+
+        records, _ = read_records(target)
+        problems = sum(1 for f in report.findings if f.bundle == RECORDS_FINDING)
+        console.print(f"exercise records: {len(records)} findings and remediation records, "
+                      + (f"{problems} problems" if problems else "chain, signatures and bundles hold"),
+                      soft_wrap=True)
     if not any(f.bundle == LEDGER_FINDING and f.kind.startswith(("history", "head")) for f in report.findings):
         console.print(f"history: {report.entries} ledger entries; "
                       + (report.head or "no kept head given (--expect-head): a cut tail cannot be seen"),

@@ -81,6 +81,19 @@ class BundleRow:
         return "; ".join(failed)
 
 
+def run_passed(row: BundleRow, failed: set[str]) -> bool:
+    """Whether a run counts as passed: PASS, sealed complete, and its bundle verifies (failed:
+    the bundles that fail verification)."""
+    return row.verdict == "PASS" and row.status == "complete" and row.name not in failed
+
+
+def shown_verdict(row: BundleRow, failed: set[str]) -> str:
+    """The verdict as the report shows it: UNVERIFIED for a bundle that fails verification."""
+    if row.name in failed:
+        return "UNVERIFIED"
+    return row.verdict
+
+
 def _unsealed_row(folder: Path) -> BundleRow:
     """A folder without a manifest: what its marker says (never its summary, which nothing attests)."""
     marker = folder / UNSEALED

@@ -25,8 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from drillbook.config import validation_line
 from drillbook.errors import ConfigError
-from drillbook.evidence.catalog import RUNNING, BundleRow
-from drillbook.evidence.report import run_passed
+from drillbook.evidence.catalog import RUNNING, BundleRow, run_passed
 
 MET, PARTLY, NOT_MET, NO_EVIDENCE = "MET", "PARTLY EVIDENCED", "NOT MET", "NO EVIDENCE"
 # An OSCAL token: a letter or underscore first, then letters, digits, '.', '-', '_'.

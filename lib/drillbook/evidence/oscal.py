@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from drillbook import __version__
 from drillbook.evidence.catalog import BundleRow
 from drillbook.evidence.frameworks import MET, NO_EVIDENCE, ControlMapping, RequirementStatus, requirement_statuses
-from drillbook.evidence.report import PeriodEvidence, moment_of, run_passed, shown_verdict
+from drillbook.evidence.catalog import run_passed, shown_verdict
+from drillbook.evidence.report import PeriodEvidence, moment_of
 
 if TYPE_CHECKING:
     from drillbook.evidence.remediation import RemediationItem

@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from drillbook.errors import ConfigError
 from drillbook.evidence import signing
-from drillbook.evidence.catalog import MISSING, RUNNING, BundleRow
+from drillbook.evidence.catalog import MISSING, RUNNING, BundleRow, run_passed
 from drillbook.evidence.ledger import LedgerEntry, canonical_json
 
 RECORDS = "records.jsonl"
@@ -172,8 +172,6 @@ def _moment(stamp: str) -> datetime:
 
 def remediation_items(rows: Iterable[BundleRow], records: list[dict[str, Any]], failed: set[str]) -> list[RemediationItem]:
     """Every remediation item of a results folder, oldest first (see the module's rules)."""
-    from drillbook.evidence.report import run_passed
-
     runs = sorted((r for r in rows if r.status not in (RUNNING, MISSING) and r.finished_at),
                   key=lambda r: (r.finished_at, r.name))
     pending = sorted((r for r in records if r.get("kind") == REMEDIATION), key=lambda r: str(r.get("at")))

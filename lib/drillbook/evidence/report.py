@@ -26,7 +26,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from drillbook import __version__
 from drillbook.errors import ConfigError
-from drillbook.evidence.catalog import RUNNING, BundleRow, list_bundles
+from drillbook.evidence.catalog import RUNNING, BundleRow, list_bundles, run_passed, shown_verdict
 from drillbook.evidence.verify import (LEDGER_FINDING, TRUSTED, UNSIGNED, EvidenceSource, VerifyReport,
                                       verify_evidence)
 from drillbook.plots import pyplot
@@ -108,17 +108,6 @@ def number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)
-
-
-def run_passed(row: BundleRow, failed: set[str]) -> bool:
-    """Whether a run counts as passed: PASS, sealed complete, and its bundle verifies."""
-    return row.verdict == "PASS" and row.status == "complete" and row.name not in failed
-
-
-def shown_verdict(row: BundleRow, failed: set[str]) -> str:
-    if row.name in failed:
-        return "UNVERIFIED"
-    return row.verdict
 
 
 def _format(value: object, unit: str) -> str:
