@@ -20,7 +20,8 @@ def _sealed_as_written(bundle: Path) -> bool:
 @pytest.fixture(autouse=True)
 def every_bundle_recomputes(request: pytest.FixtureRequest):
     """Every sealed bundle a test wrote under its tmp_path: `drillbook verify --recompute` derives
-    each judged figure again from the kept observations and finds no disagreement."""
+    each judged figure again from the kept observations and finds no disagreement, and the
+    reference in-toto and DSSE libraries accept its attestation."""
     # asked for before the test runs, so that tmp_path is still there when this looks at it
     root: Path | None = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
@@ -33,3 +34,17 @@ def every_bundle_recomputes(request: pytest.FixtureRequest):
                    if (manifest.parent / "summary.json").exists() and _sealed_as_written(manifest.parent)
                    for figure in recompute_bundle(manifest.parent) if not figure.agrees]
     assert not disagreeing, disagreeing
+    # ... and its in-toto attestation holds for the reference libraries: the Statement, every
+    # subject's digest and, for a signed bundle, the DSSE signature by the key that signed it.
+    from tests.attestations import carried_key, third_party_check, untouched
+
+    attested = []
+    for path in root.rglob("manifest.json"):
+        try:
+            manifest = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) and untouched(path.parent, manifest):
+            attested += [f"{path.parent.name}: {problem}"
+                         for problem in third_party_check(path.parent, carried_key(manifest))]
+    assert not attested, attested

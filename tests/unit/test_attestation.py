@@ -5,23 +5,19 @@ drillbook code: tampering with a file or with the statement is found by them and
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from google.protobuf import json_format
-from in_toto_attestation.v1 import statement_pb2
-from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from drillbook.evidence import BundleWriter, RunSummary, SloCheck, verify_path
 from drillbook.evidence.attestation import ATTESTATION, PREDICATE_TYPE, problems
-from drillbook.evidence.bundle import MANIFEST, SIGNATURE, make_writable
+from drillbook.evidence.bundle import MANIFEST, make_writable
 from drillbook.evidence.signing import fingerprint, new_key
+from tests.attestations import third_party_check
 
 
 def sealed(results: Path, key: Path | None, verdict_value: float = 1.5) -> Path:
@@ -40,28 +36,6 @@ def third_party_key(public_pem: Path) -> SSlibKey:
     """The auditor's key object, made from the .pub file alone; its key id is drillbook's fingerprint."""
     public = serialization.load_pem_public_key(public_pem.read_bytes())
     return SSlibKey.from_crypto(public, keyid=fingerprint(public))
-
-
-def third_party_check(bundle: Path, key: SSlibKey | None) -> list[str]:
-    """What an auditor's own check finds, with the reference libraries only: the envelope's
-    signature, the Statement's shape, and every subject's sha256 against the file on disk."""
-    wrapped = Envelope.from_dict(json.loads((bundle / ATTESTATION).read_text()))
-    found = []
-    if key is not None:
-        try:
-            wrapped.verify([key], 1)
-        except VerificationError as error:
-            found.append(f"signature: {error}")
-    proto = json_format.Parse(wrapped.payload, statement_pb2.Statement())
-    Statement.copy_from_pb(proto).validate()
-    for subject in proto.subject:
-        data = (bundle / subject.name).read_bytes()
-        if hashlib.sha256(data).hexdigest() != subject.digest["sha256"]:
-            found.append(f"digest: {subject.name}")
-    on_disk = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
-    if on_disk - {MANIFEST, SIGNATURE, ATTESTATION} != {s.name for s in proto.subject}:
-        found.append("subjects are not the bundle's files")
-    return found
 
 
 def rewrite(path: Path, data: bytes) -> None:
