@@ -22,6 +22,19 @@ import pytest
 SESSION_KUBECONFIG = Path(tempfile.gettempdir()) / f"drillbook-k8s-{os.getpid()}" / "kubeconfig"
 os.environ["KUBECONFIG"] = str(SESSION_KUBECONFIG)
 
+# Every bundle a test's drillbook seals is signed unless the test says otherwise (tests of unsigned
+# evidence drop DRILLBOOK_SIGNING_KEY or name their own key), so that the reference in-toto and
+# DSSE libraries check a signed attestation of each (tests/integration/conftest.py).
+if "DRILLBOOK_SIGNING_KEY" not in os.environ:
+    import atexit
+
+    from drillbook.evidence.signing import new_key  # noqa: E402
+
+    _key_folder = tempfile.mkdtemp(prefix="drillbook-test-key-")
+    atexit.register(shutil.rmtree, _key_folder, True)
+    new_key(Path(_key_folder) / "signing-key.pem")
+    os.environ["DRILLBOOK_SIGNING_KEY"] = str(Path(_key_folder) / "signing-key.pem")
+
 from drillbook.config import SandboxConfig, running_in_ci  # noqa: E402
 from drillbook.sandbox import launcher
 from drillbook.sandbox.launcher import SandboxHandle

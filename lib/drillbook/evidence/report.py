@@ -51,6 +51,7 @@ class FigureCell:
     value: str
     run: BundleRow
     verdict: str
+    meaning: str = ""
 
 
 @dataclass
@@ -60,12 +61,20 @@ class ControlSection:
     passed: int = 0
     latest: BundleRow | None = None
     figures: list[FigureCell] = field(default_factory=list)
-    charts: list[tuple[str, str]] = field(default_factory=list)  # (figure label, base64 PNG)
+    charts: list[tuple[str, str]] = field(default_factory=list)  # (what it shows, base64 PNG)
     by_verdict: dict[str, int] = field(default_factory=dict)
 
     @property
     def share(self) -> float | None:
         return self.passed / len(self.runs) if self.runs else None
+
+    def shown_check(self, check: Any) -> tuple[str, str]:
+        """An SLO check's value and threshold as the report shows them: a share as a percentage."""
+        spec = next((f for f in self.control.figures if f.check == check.name and f.share), None)
+        if spec is None:
+            return check.shown_value(), check.shown_threshold()
+        value = spec.shown(check.value) if check.value is not None else check.shown_value()
+        return value, spec.shown(check.threshold)
 
 
 @dataclass(frozen=True)
@@ -110,14 +119,6 @@ def number(value: object) -> float | None:
     return float(value)
 
 
-def _format(value: object, unit: str) -> str:
-    from drillbook.evidence.summary import figure
-
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return figure(float(value), unit)
-    return f"{value}{unit}"
-
-
 def _thresholds(spec: Figure, runs: list[BundleRow]) -> list[tuple[datetime, str, float]]:
     """Each run's own SLO threshold for a figure (a run may have been given another one)."""
     found = []
@@ -130,10 +131,97 @@ def _thresholds(spec: Figure, runs: list[BundleRow]) -> list[tuple[datetime, str
     return sorted(found)
 
 
+FEW_RUNS = 10  # below this many measured runs, a figure is drawn run by run against its threshold
+
+
+def value_axis(values: list[float]) -> tuple[float, float]:
+    """The value axis for these values (and thresholds): from a little below zero when nothing is
+    negative, so that a zero is drawn above the axis line and seen, to a little above the top."""
+    top = max(values, default=0.0)
+    bottom = min(values, default=0.0)
+    span = (top - min(bottom, 0.0)) or 1.0
+    return (bottom - 0.08 * span if bottom < 0 else -0.08 * span, top + 0.15 * span)
+
+
+def _scaled(spec: Figure, value: float) -> float:
+    return 100 * value if spec.share else value
+
+
+def _axis_unit(spec: Figure) -> str:
+    return "%" if spec.share else (spec.unit or "value")
+
+
+def chart_alt(spec: Figure, measured: int) -> str:
+    """What the chart of a figure shows, as its alternative text (the kind of chart included)."""
+    if measured < FEW_RUNS:
+        return f"{spec.label}: each run's value against its SLO threshold"
+    return f"{spec.label} over the period, with each run's SLO threshold"
+
+
+def measured_count(spec: Figure, runs: list[BundleRow]) -> int:
+    return sum(1 for r in runs if r.summary and number(r.summary.metrics.get(spec.metric)) is not None)
+
+
+def figure_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: tuple[datetime, datetime]) -> str:
+    """A PNG (base64) of one figure: run by run against its threshold when fewer than FEW_RUNS
+    runs measured it (a trend of one or two dots says nothing), else a trend over the period."""
+    if measured_count(spec, runs) < FEW_RUNS:
+        return values_chart(spec, runs, failed)
+    return trend_chart(spec, runs, failed, period)
+
+
+def _png(figure: Any) -> str:
+    plt = pyplot()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def values_chart(spec: Figure, runs: list[BundleRow], failed: set[str]) -> str:
+    """Each run a column, oldest first: its value as a dot with the number written beside it
+    (green passed, red did not), a run that did not measure it as a red cross at zero, and each
+    run's own SLO threshold as a dashed mark across its column."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6.4, 2.8), dpi=110)
+    ordered = sorted(runs, key=lambda r: r.finished_at)
+    thresholds = {moment: value for moment, _, value in _thresholds(spec, ordered)}
+    drawn: list[float] = []
+    for index, row in enumerate(ordered):
+        value = number(row.summary.metrics.get(spec.metric)) if row.summary else None
+        threshold = thresholds.get(moment_of(row)) if moment_of(row) else None
+        if threshold is not None:
+            axis.plot([index - 0.35, index + 0.35], [_scaled(spec, threshold)] * 2, color=BAD, linestyle="--",
+                      linewidth=1.2, label="SLO threshold" if "SLO threshold" not in axis.get_legend_handles_labels()[1]
+                      else None)
+            drawn.append(_scaled(spec, threshold))
+        if value is None:
+            axis.scatter([index], [0.0], marker="x", color=BAD, s=48, zorder=4)
+            axis.annotate("not measured", (index, 0.0), textcoords="offset points", xytext=(6, 4), fontsize=8,
+                          color=BAD)
+            continue
+        shown = _scaled(spec, value)
+        drawn.append(shown)
+        axis.scatter([index], [shown], color=GOOD if run_passed(row, failed) else BAD, s=46, zorder=4)
+        axis.annotate(spec.shown(value), (index, shown), textcoords="offset points", xytext=(7, 3), fontsize=9)
+    axis.set_xticks(range(len(ordered)))
+    axis.set_xticklabels([f"{row.run_id}\n{row.finished_at[5:16].replace('T', ' ')}" for row in ordered], fontsize=8)
+    axis.set_xlim(-0.6, len(ordered) - 0.4)
+    axis.set_ylim(*value_axis(drawn))
+    axis.axhline(0.0, color=GREY, linewidth=0.6, zorder=0)
+    axis.set_title(f"{spec.label}: each run against its SLO", fontsize=11)
+    axis.set_ylabel(_axis_unit(spec), fontsize=9)
+    axis.tick_params(labelsize=9)
+    if axis.get_legend_handles_labels()[1]:
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return _png(figure)
+
+
 def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: tuple[datetime, datetime]) -> str:
     """A PNG (base64) of one figure over the period: each run a dot (green passed, red did not,
     drawn on top), runs that did not measure it as red crosses on the axis, each run's SLO
-    threshold as a dashed line."""
+    threshold as a dashed line; zeros sit above the axis line."""
     import matplotlib.dates as mdates
 
     plt = pyplot()
@@ -145,7 +233,7 @@ def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: t
             continue
         value = number(row.summary.metrics.get(spec.metric)) if row.summary else None
         if value is not None:
-            measured.append((moment, value, run_passed(row, failed)))
+            measured.append((moment, _scaled(spec, value), run_passed(row, failed)))
         else:
             missing.append(moment)
     if measured:
@@ -159,30 +247,25 @@ def trend_chart(spec: Figure, runs: list[BundleRow], failed: set[str], period: t
         axis.scatter(missing, [0.0] * len(missing), marker="x", color=BAD, s=48, zorder=4, label="did not measure it")
     first, last = period
     pad = max(timedelta(minutes=5), (last - first) * 0.05)
-    thresholds = _thresholds(spec, runs)
+    thresholds = [(t, c, _scaled(spec, v)) for t, c, v in _thresholds(spec, runs)]
     if thresholds:  # each run's threshold from that run on, across the whole period
         comparison = thresholds[-1][1]
-        shown = sorted({_format(value, spec.unit) for _, _, value in thresholds})
+        shown = sorted({spec.shown(value / 100 if spec.share else value) for _, _, value in thresholds})
         xs = [first - pad, *(t for t, _, _ in thresholds), last + pad]
         ys = [thresholds[0][2], *(v for _, _, v in thresholds), thresholds[-1][2]]
         axis.step(xs, ys, where="post", color=BAD, linestyle="--", linewidth=1.2,
                   label=f"SLO {comparison} {', '.join(shown[:3])}")
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     axis.set_xlim(first - pad, last + pad)
-    values = [v for _, v, _ in measured] + [v for _, _, v in thresholds]
-    top = max(values) if values else 0.0
-    axis.set_ylim(0.0 if min(values, default=0.0) >= 0 else None, top * 1.15 if top > 0 else 1.0)
+    axis.set_ylim(*value_axis([v for _, v, _ in measured] + [v for _, _, v in thresholds]))
+    axis.axhline(0.0, color=GREY, linewidth=0.6, zorder=0)
     axis.set_title(f"{spec.label}: {len(measured)} run{'' if len(measured) == 1 else 's'} measured it, "
                    f"{len(missing)} did not", fontsize=11)
-    axis.set_ylabel(spec.unit or "value", fontsize=9)
+    axis.set_ylabel(_axis_unit(spec), fontsize=9)
     axis.tick_params(labelsize=9)
     axis.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
     figure.autofmt_xdate()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode()
+    return _png(figure)
 
 
 def build_sections(rows: list[BundleRow], failed: set[str], charts: bool = True) -> list[ControlSection]:
@@ -203,11 +286,10 @@ def build_sections(rows: list[BundleRow], failed: set[str], charts: bool = True)
                 source = next((r for r in newest_first if r.name not in failed and r.summary
                                and number(r.summary.metrics.get(spec.metric)) is not None), None)
                 if source is not None and source.summary is not None:
-                    section.figures.append(FigureCell(spec.label, _format(source.summary.metrics[spec.metric],
-                                                                          spec.unit), source,
-                                                      shown_verdict(source, failed)))
+                    section.figures.append(FigureCell(spec.label, spec.shown(source.summary.metrics[spec.metric]),
+                                                      source, shown_verdict(source, failed), spec.meaning))
             if span is not None and charts:
-                section.charts = [(spec.label, trend_chart(spec, runs, failed, span))
+                section.charts = [(chart_alt(spec, measured_count(spec, runs)), figure_chart(spec, runs, failed, span))
                                   for spec in control.figures if spec.check]
         sections.append(section)
     return sections

@@ -29,6 +29,16 @@ class Figure:
     label: str
     unit: str = ""
     check: str | None = None
+    share: bool = False  # a fraction of a whole (0 to 1): shown as a percentage, never as a count
+    meaning: str = ""  # what the figure means, in words, where its label alone could mislead
+
+    def shown(self, value: object) -> str:
+        """The value as the report shows it: a share as a percentage, others with their unit."""
+        from drillbook.evidence.summary import figure
+
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{value}{self.unit}"
+        return f"{figure(100 * float(value))}%" if self.share else figure(float(value), self.unit)
 
 
 @dataclass(frozen=True)

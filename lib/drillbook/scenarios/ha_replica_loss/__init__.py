@@ -80,5 +80,7 @@ SCENARIO = register(Scenario(
     target_check=_enough_replicas, needs=(("agent", "status"), ("agent", "kill")),
     title="High availability: replica loss",
     figures=(Figure("recovery_time_s", "service recovery time", "s", "service recovery time"),
-             Figure("lost_turns", "acknowledged turns lost", "", "acknowledged turns lost"),
-             Figure("error_rate_fault", "error rate in the fault window", "", "error rate in the fault window"))))
+             Figure("lost_turns", "acknowledged turns lost", "", "acknowledged turns lost",
+                    meaning="turns the platform acknowledged and never delivered: any one is a failure"),
+             Figure("error_rate_fault", "error rate in the fault window", "", "error rate in the fault window",
+                    share=True, meaning="the share of turns that failed between the kill and the recovery"))))

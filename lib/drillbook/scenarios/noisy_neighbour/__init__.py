@@ -61,4 +61,4 @@ SCENARIO = register(Scenario(
     target_check=_victim_is_a_tenant,
     title="Tenant isolation: noisy neighbour",
     figures=(Figure("victim_p95_ratio", "victim p95 ratio", "×", "victim p95 ratio (burst over own baseline)"),
-             Figure("victim_error_rate", "victim error rate", "", "victim error rate"))))
+             Figure("victim_error_rate", "victim error rate", "", "victim error rate", share=True))))
