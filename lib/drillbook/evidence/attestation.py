@@ -33,11 +33,13 @@ FIRST_FORMAT_WITH_ATTESTATION = 2  # bundles of drillbook-evidence/1 were sealed
 def predicate(manifest: Mapping[str, Any], summary: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the run was, from the manifest being sealed and the run's summary.json (None: the
     run wrote none, as a killed one): verdict and checks are the summary's, never guessed."""
+    from drillbook.scenarios import control_of
+
     summary = summary or {}
     metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
     return {
         "bundle": manifest["bundle"], "runId": manifest["run_id"], "runbook": manifest["runbook"],
-        "control": summary.get("control"), "target": manifest["target"], "parameters": manifest.get("parameters", {}),
+        "control": summary.get("control") or control_of(manifest["runbook"]), "target": manifest["target"], "parameters": manifest.get("parameters", {}),
         "status": manifest["status"], "verdict": summary.get("verdict"), "reason": summary.get("reason") or None,
         "checks": [{key: check.get(key) for key in ("name", "comparison", "threshold", "value", "unit", "passed")}
                    for check in summary.get("checks", []) if isinstance(check, dict)],
