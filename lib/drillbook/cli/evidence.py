@@ -130,8 +130,9 @@ def verify_command(
                                    help="Also derive every judged figure again from each bundle's raw observations "
                                         "and name any that disagrees with its summary.json."),
 ) -> None:
-    """Recompute every digest, the chain, the signatures and the kept head (and, with
-    --recompute, every judged figure from the observations it came from).
+    """Recompute every digest, the chain, the signatures, each bundle's in-toto attestation, the
+    exercise records and the kept head (and, with --recompute, every judged figure from the
+    observations it came from).
 
     Exit 0 only when everything verifies and every run was complete (interrupted, killed and
     unsealed runs exit 1 unless --allow-incomplete); exit 1 when evidence was changed or is

@@ -15,7 +15,6 @@ from drillbook.errors import DrillbookError
 
 sandbox_app = typer.Typer(no_args_is_help=True, help="The local reference agent platform (127.0.0.1 only).")
 app.add_typer(sandbox_app, name="sandbox")
-app.add_typer(sandbox_app, name="sandbox")
 
 
 @sandbox_app.command("up")
