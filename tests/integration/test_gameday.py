@@ -67,12 +67,18 @@ def test_a_short_game_day_starts_the_sandbox_runs_the_plan_and_stops_it(tmp_path
     plan.write_text(yaml.safe_dump({"name": "short", "target": "sandbox", "runbooks": [
         # the passing runbook's SLO leaves room for a busy machine (5.8 s against the default 5 s once)
         {"runbook": "cold-start", "parameters": {"trials": 1, "idle_s": 0.1, "slo_p95_s": 30}},
-        {"runbook": "restore-drill"}]}))
+        {"runbook": "restore-drill"}],
+        "exercise": {"scope": "the sandbox", "objectives": ["a restore restores"]}}))
     state = tmp_path / "state"
-    result = run_gameday(plan, state, tmp_path / "results")
+    result = run_gameday(plan, state, tmp_path / "results",
+                         exercise=load_plan(plan).exercise.merged(participants=["dana (facilitator)"]))
     assert [r for r, _, _ in result.runs] == ["cold-start", "restore-drill"]
     assert result.passed, [(runbook, verdict, str(bundle)) for runbook, verdict, bundle in result.runs]
     assert not launcher.is_running(state)  # started here, stopped here
     summary = json.loads((result.summary_bundle / "summary.json").read_text())
     assert summary["verdict"] == "PASS" and len(summary["metrics"]["runs"]) == 2
     assert verify_path(tmp_path / "results").ok
+    record = {"scope": "the sandbox", "participants": ["dana (facilitator)"], "objectives": ["a restore restores"],
+              "reference": ""}
+    for bundle in [result.summary_bundle, *(bundle for _, _, bundle in result.runs)]:  # each sealed with the record
+        assert json.loads((bundle / "manifest.json").read_text())["exercise"] == record, bundle.name

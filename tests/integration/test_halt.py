@@ -41,6 +41,12 @@ def desired(sandbox, service: str) -> int:
         return int(control.status()["services"][service]["desired"])
 
 
+def scaled(sandbox) -> list[dict]:
+    """The supervisor's scale events, oldest first: who set each tier to what (for a failure's message)."""
+    with sandbox.control() as control:
+        return [e for e in control.events() if e["kind"] == "scaled"]
+
+
 def summary(results: Path) -> dict:
     (found,) = [json.loads(p.read_text()) for p in results.glob("*_cold-start_*/summary.json")]
     return found
@@ -57,7 +63,8 @@ def test_a_halt_stops_the_run_undoes_its_faults_and_refuses_runs_until_lifted(sa
         assert halted.returncode == 0, halted.stderr
         assert "halted sandbox by alice: drill window closed" in halted.stdout and "undone: scaled" in halted.stdout
         # The supervisor undid the faults itself, before any runner saw the halt.
-        assert leases(sandbox) == [] and desired(sandbox, "agent") == 2 and desired(sandbox, "model") == 1
+        assert leases(sandbox) == [] and desired(sandbox, "agent") == 2 and desired(sandbox, "model") == 1, \
+            scaled(sandbox)
         out, err = run.communicate(timeout=60)
         stopped_after = time.monotonic() - after_halt
     finally:

@@ -131,6 +131,12 @@ def test_scale_to_zero_then_a_request_is_held_by_the_activator(sandbox):
         activations = [e for e in control.events() if e["kind"] == "scaled" and e.get("reason") == "activator"]
     assert status["agent"]["desired"] == 1 and status["model"]["desired"] == 1
     assert {e["service"] for e in activations} == {"agent", "model"}
+    # The activator scales from zero only: a tier scaled up meanwhile (a halt's or a rollback's
+    # undo) is never lowered by an activation that saw it at zero a moment before.
+    with sandbox.control() as control:
+        control.scale("agent", 2)
+        late = control.scale("agent", 1, reason="activator", only_from=0)
+        assert late["skipped"] == "agent is at 2, not 0" and control.status()["services"]["agent"]["desired"] == 2
 
 
 def test_rate_limit_answers_429_per_tenant(sandbox_factory):

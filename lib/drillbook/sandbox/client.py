@@ -60,8 +60,12 @@ class ControlClient:
     def events(self, after: int = 0) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/events", params={"after": after})["events"]
 
-    def scale(self, service: str, replicas: int, reason: str = "drillbook") -> dict[str, Any]:
-        return self._call("POST", f"/v1/services/{service}/scale", json={"replicas": replicas, "reason": reason})
+    def scale(self, service: str, replicas: int, reason: str = "drillbook", only_from: int | None = None) -> dict[str, Any]:
+        """Set a tier's desired replicas (only_from: only if it is at that count now)."""
+        body: dict[str, Any] = {"replicas": replicas, "reason": reason}
+        if only_from is not None:
+            body["only_from"] = only_from
+        return self._call("POST", f"/v1/services/{service}/scale", json=body)
 
     def kill(self, service: str, count: int = 1, signal: str = "SIGKILL", replicas: list[str] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"count": count, "signal": signal}

@@ -243,15 +243,22 @@ class Gateway:
         assert self.http is not None
         log.info("activating %s from zero", tier.name)
         self.activated.labels(tier.name).inc()
+        # From zero only: what the gateway saw may be stale, and a tier scaled up meanwhile (a
+        # rollback, a halt undoing a fault) must not be lowered to one.
         discovery = self.ctx.runtime.kubernetes
         if discovery is not None:
             path = f"/apis/apps/v1/namespaces/{discovery.namespace}/deployments/{discovery.deployments[tier.name]}"
-            async with self._kube("PATCH", path, data=b'{"spec": {"replicas": 1}}',
-                                  headers={"Content-Type": "application/merge-patch+json"}) as response:
+            patch = b'[{"op": "test", "path": "/spec/replicas", "value": 0}, ' \
+                    b'{"op": "replace", "path": "/spec/replicas", "value": 1}]'
+            async with self._kube("PATCH", path, data=patch,
+                                  headers={"Content-Type": "application/json-patch+json"}) as response:
+                if response.status == 422:  # not at zero any more: someone else scaled it
+                    log.info("%s is no longer at zero; left as it is", tier.name)
+                    return
                 response.raise_for_status()
             return
         async with self.http.post(f"{self.ctx.control_url}/v1/services/{tier.name}/scale",
-                                  json={"replicas": 1, "reason": "activator"},
+                                  json={"replicas": 1, "reason": "activator", "only_from": 0},
                                   headers=self.control_headers) as response:
             response.raise_for_status()
 

@@ -331,11 +331,16 @@ class Supervisor:
             raise ControlError(404, f"unknown service {name!r}; known: {', '.join(self.services)}")
         return self.services[name]
 
-    def scale(self, name: str, replicas: int, reason: str) -> dict[str, Any]:
+    def scale(self, name: str, replicas: int, reason: str, only_from: int | None = None) -> dict[str, Any]:
+        """Set a tier's desired replicas. only_from: only when it is at that count now (the
+        activator scales from zero only: a tier someone scaled up meanwhile is never lowered)."""
         service = self.service(name)
         if replicas < 0 or (name == "gateway" and replicas < 1):
             raise ControlError(400, f"replicas for {name} must be >= {1 if name == 'gateway' else 0}")
         previous = service.desired
+        if only_from is not None and previous != only_from:
+            return {"service": name, "from": previous, "to": previous,
+                    "skipped": f"{name} is at {previous}, not {only_from}"}
         service.desired = replicas
         self.events.emit("scaled", service=name, **{"from": previous, "to": replicas}, reason=reason)
         self._bump_endpoints()
@@ -626,8 +631,10 @@ def control_app(supervisor: Supervisor) -> web.Application:
 
     async def scale(request: web.Request) -> web.Response:
         body = await body_of(request)
+        only_from = body.get("only_from")
         return web.json_response(supervisor.scale(request.match_info["name"], integer(body, "replicas"),
-                                                  str(body.get("reason", "control API"))))
+                                                  str(body.get("reason", "control API")),
+                                                  None if only_from is None else integer(body, "only_from")))
 
     async def kill(request: web.Request) -> web.Response:
         body = await body_of(request)
