@@ -14,6 +14,15 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[1]  # the checkout the tests run from
 
 
+def team_mapping(*requirements: tuple[str, str, list[str]]) -> str:
+    """A team's own control mapping (YAML): one framework, "team", with these (id, title,
+    evidenced_by) requirements."""
+    lines = ["frameworks:", "  - id: team", "    title: Our own resilience policy", "    requirements:"]
+    for identifier, title, controls in requirements:
+        lines += [f'      - id: "{identifier}"', f"        title: {title}", f"        evidenced_by: [{', '.join(controls)}]"]
+    return "\n".join(lines) + "\n"
+
+
 def poll(what: str, condition: Callable[[], object], timeout_s: float = 90.0, interval_s: float = 0.2) -> object:
     """condition()'s first truthy value; TimeoutError naming `what` when none comes in time (for
     code that runs outside pytest too, such as the node checks)."""

@@ -16,19 +16,12 @@ from trestle.oscal.assessment_results import AssessmentResults
 
 from drillbook.evidence import BundleWriter, RunSummary, SloCheck
 from drillbook.evidence.bundle import read_ledger
+from tests.helpers import team_mapping
 
 pytestmark = pytest.mark.integration
 
 TRESTLE = Path(sys.executable).parent / "trestle"
-CUSTOM = """
-frameworks:
-  - id: team
-    title: Our own resilience policy
-    requirements:
-      - id: "R-1"
-        title: Restores restore
-        evidenced_by: [restore]
-"""
+CUSTOM = team_mapping(("R-1", "Restores restore", ["restore"]))
 
 
 def seal(results: Path, runbook: str, control: str, value: float) -> Path:

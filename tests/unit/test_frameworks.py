@@ -12,19 +12,10 @@ from drillbook.evidence.catalog import RUNNING, BundleRow
 from drillbook.evidence.frameworks import (MET, NO_EVIDENCE, NOT_MET, PARTLY, known_controls, load_mapping,
                                            requirement_statuses)
 from drillbook.evidence.summary import RunSummary, SloCheck
+from tests.helpers import team_mapping
 
-CUSTOM = """
-frameworks:
-  - id: team
-    title: Our own resilience policy
-    requirements:
-      - id: "R-1"
-        title: Replicas can be lost
-        evidenced_by: [ha]
-      - id: "R 2"
-        title: Restores restore, and replicas can be lost
-        evidenced_by: [restore, ha]
-"""
+CUSTOM = team_mapping(("R-1", "Replicas can be lost", ["ha"]),
+                      ("R 2", "Restores restore, and replicas can be lost", ["restore", "ha"]))
 
 
 def row(control_runbook: str, verdict: str, at: str, status: str = "complete", name: str = "") -> BundleRow:

@@ -224,11 +224,3 @@ def _annotate(item: RemediationItem, record: dict[str, Any]) -> None:
             item.actions.append(text)
     elif text and text not in item.findings:
         item.findings.append(text)
-
-
-def findings_of(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The records about each bundle, by bundle name, in the order they were made."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        grouped.setdefault(str(record.get("bundle")), []).append(record)
-    return grouped
