@@ -227,6 +227,9 @@ def wind_up(bundle: "BundleWriter", runbook: str, profile: "LoadedProfile", stat
 
 KERNEL_HOME = "home"  # in a run's scratch folder: the kernel's hermetic folder
 NOT_SEALED = "not-sealed.txt"  # in a run's scratch folder: why its runner could not seal it
+# The states rollback seals a run in: its runner died before sealing (killed), or it lived and
+# could not write its evidence (unwritten: a full disk, an I/O error).
+KILLED, UNWRITTEN = "killed", "unwritten"
 REASON_MAX = 300
 
 
@@ -289,8 +292,9 @@ def partial_summary(runbook: str, work: Path, ending: RunEnding) -> dict[str, An
 
 
 def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
-    """Seal the bundles of runs whose runner was killed (SIGKILL, a crash): verdict ERROR, reason
-    "runner killed", with every file the run had written; then remove their scratch folders.
+    """Seal the bundles of runs whose runner was killed (SIGKILL, a crash) or could not write its
+    evidence (a full disk): verdict ERROR, state ``killed`` or ``unwritten``, with the true reason
+    and every file the run had written; then remove their scratch folders.
     Runs whose runner still lives are left alone."""
     from drillbook.evidence import BundleWriter
     from drillbook.evidence.bundle import MANIFEST, UNSEALED
@@ -314,10 +318,11 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
             bundle = BundleWriter.resume(folder, secrets=secrets, **evidence_settings())
             killed = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
             why = scratch / NOT_SEALED  # its runner lived, but could not write the evidence
-            reason, line = ((why.read_text(), "its runner could not write its evidence") if why.is_file() else
-                            (f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died before it "
-                             "could seal this run; sealed afterwards by drillbook rollback",
-                             f"runner killed (pid {entry.owner_pid})"))
+            reason, line, state = ((why.read_text(), "its runner could not write its evidence", UNWRITTEN)
+                                   if why.is_file() else
+                                   (f"runner killed: drillbook (pid {entry.owner_pid}, started {killed}) died before "
+                                    "it could seal this run; sealed afterwards by drillbook rollback",
+                                    f"runner killed (pid {entry.owner_pid})", KILLED))
             undone = undone_by_watchdog(target, scratch / "work")
             if undone:
                 reason += "; the platform's watchdog undid its faults when their leases ran out: " + "; ".join(undone)
@@ -325,7 +330,7 @@ def recover_killed_runs(profile: "LoadedProfile", state: Path) -> list[str]:
             try:
                 collect_run(bundle, bundle.runbook, profile, scratch / "work", scratch / "runbook.ipynb", ending)
                 bundle.event("sealed_by_rollback", runner_pid=entry.owner_pid)
-                bundle.seal("killed")
+                bundle.seal(state)
             except OSError as error:  # still no space: this run waits, the others are sealed
                 failed.append(not_written(folder, scratch, error))
                 continue

@@ -63,6 +63,8 @@ def test_a_full_disk_keeps_the_run_for_rollback_which_seals_it_once_there_is_roo
     sealed = drillbook(sandbox.state_dir, "rollback")
     assert sealed.returncode == 0, sealed.stdout + sealed.stderr
     assert f"{bundle.name}: ERROR, its runner could not write its evidence" in sealed.stdout
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["status"] == "unwritten", manifest["status"]  # its runner lived: it was not killed
     summary = json.loads((bundle / "summary.json").read_text())
     assert summary["verdict"] == "ERROR" and summary["reason"].startswith("the runner could not write its evidence")
     verified = drillbook(sandbox.state_dir, "verify", str(results), "--allow-incomplete")

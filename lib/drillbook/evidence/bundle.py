@@ -7,7 +7,7 @@ is configured (``manifest.sig``), and appends the manifest digest to ``ledger.js
 lock. A bundle interrupted by an exception or a signal is sealed as ``incomplete`` (or, by the
 runbook layer, ``interrupted``) with what it had; a bundle whose process was killed outright keeps
 its ``.unsealed`` marker, which names the run, until `drillbook rollback` seals it as ``killed``
-(`BundleWriter.resume`).
+(or ``unwritten``, when its runner lived but could not write its evidence) (`BundleWriter.resume`).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class BundleRow:
             return "its manifest cannot be read"
         if self.summary is None:
             return f"sealed {self.status} without a summary"
-        if self.status not in ("complete", "interrupted", "killed"):
+        if self.status not in ("complete", "interrupted", "killed", "unwritten"):
             return f"sealed {self.status}: {self.summary.reason}" if self.summary.reason else f"sealed {self.status}"
         if self.summary.reason:
             return self.summary.reason

@@ -53,7 +53,7 @@ class Finding:
 class VerifyReport:
     checked: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    states: dict[str, str] = field(default_factory=dict)  # bundle -> complete, interrupted, killed, incomplete, unsealed
+    states: dict[str, str] = field(default_factory=dict)  # bundle -> complete, interrupted, killed, unwritten, incomplete, unsealed
     signatures: dict[str, str] = field(default_factory=dict)  # bundle -> TRUSTED, UNCHECKED, UNSIGNED or a problem
     ledger: list[LedgerEntry] = field(default_factory=list)  # the ledger's entries as read, once, under its lock
     head: str | None = None  # what the kept ledger head showed; None: no head was given
