@@ -65,6 +65,7 @@ SHARED_WORKER = {
     "tests/integration/test_agent_stacks.py": "agent-stacks",
     "tests/integration/test_install.py": "installed-wheel",
     "tests/integration/test_junit.py": "junit-schema",
+    "tests/integration/test_probe_families.py": "probe-families",  # one pristine history, one target sandbox
 }
 GROUP_ORDER = list(dict.fromkeys(SHARED_WORKER.values()))
 

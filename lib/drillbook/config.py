@@ -155,21 +155,26 @@ class SandboxConfig(StrictModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def validation_line(error: ValidationError) -> str:
-    """One line naming the first invalid field and why."""
+def validation_line(error: ValidationError, names: dict[str, str] | None = None) -> str:
+    """One line naming the first invalid field and why; names: what the user typed for a field
+    (its command-line option), where that differs from the field's own name."""
     first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"]) or "input"
+    parts = [str(part) for part in first["loc"]]
+    if parts and parts[0] in (names or {}):  # an option the user typed: its name, not the field's or an index
+        parts = [(names or {})[parts[0]], *(part for part in parts[1:] if not part.isdigit())]
+    location = ".".join(parts) or "input"
     message = first["msg"].removeprefix("Value error, ")
     extra = f" ({len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
     return f"invalid {location}: {message}{extra}"
 
 
-def build(model: type[M], **values: object) -> M:
-    """Validate values into a model, turning a pydantic error into one ConfigError line."""
+def build(model: type[M], names: dict[str, str] | None = None, **values: object) -> M:
+    """Validate values into a model, turning a pydantic error into one ConfigError line (naming a
+    field by the option in `names` that set it, where given)."""
     try:
         return model.model_validate(values)
     except ValidationError as error:
-        raise ConfigError(validation_line(error)) from None
+        raise ConfigError(validation_line(error, names)) from None
 
 
 def state_dir(explicit: Path | None = None) -> Path:
@@ -411,7 +416,24 @@ def output_file(path: Path | None, what: str) -> Path | None:
         raise ConfigError(f"{what} {path} cannot be written: {parent} is a file")
     if parent is not None and not os.access(parent, os.W_OK):
         raise ConfigError(f"{what} {path} cannot be written: {parent} is not writable")
+    _can_make_folders(resolved.parent, parent, f"{what} {path}")
     return resolved
+
+
+def _can_make_folders(folder: Path, existing: Path | None, what: str) -> None:
+    """One ConfigError line when the folders between `existing` and `folder` cannot be made (a
+    place such as /proc, a name too long); tried by making them and taking them away again."""
+    made: list[Path] = []
+    try:
+        for missing in reversed([p for p in [folder, *folder.parents] if existing is None or p not in
+                                 (existing, *existing.parents)]):
+            missing.mkdir()
+            made.append(missing)
+    except OSError as error:
+        raise ConfigError(f"{what} cannot be written: {error.strerror or error}") from None
+    finally:
+        for folder_made in reversed(made):
+            folder_made.rmdir()
 
 
 def results_dir(explicit: Path | None = None, make: bool = True) -> Path:

@@ -65,7 +65,7 @@ def test_up_status_second_up_and_down_leave_no_process(tmp_path):
         (["--store", "mysql"], "invalid store"),
         (["--agents", "-1"], "invalid agents"),
         (["--agents", "two"], "--agents"),
-        (["--defect", "gremlins"], "invalid defects"),
+        (["--defect", "gremlins"], "invalid --defect: Input should be"),
         (["--store", "postgres", "--dsn", "postgresql://u:hunter2@127.0.0.1:1/db"], "cannot connect to PostgreSQL"),
         (["--no-such-flag"], "No such option"),
     ],

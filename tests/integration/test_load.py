@@ -235,9 +235,9 @@ def drillbook(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["agent-sessions", "--users", "0"], "invalid users"),
-        (["agent-sessions", "--workers", "-1"], "invalid workers"),
-        (["agent-sessions", "--workers", "65"], "invalid workers"),
+        (["agent-sessions", "--users", "0"], "invalid --users"),
+        (["agent-sessions", "--workers", "-1"], "invalid --workers"),
+        (["agent-sessions", "--workers", "65"], "invalid --workers"),
         (["agent-sessions", "--remote-workers"], "remote workers need a count"),
         (["agent-sessions", "--workers", "2", "--remote-workers"], "remote workers need the master's port"),
         (["no-such-profile"], "unknown load profile"),

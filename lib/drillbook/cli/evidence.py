@@ -93,10 +93,11 @@ def head_command(
     digest, signed with the signing key when one is configured."""
     import json
 
-    from drillbook.config import signing_key
+    from drillbook.config import output_file, signing_key
     from drillbook.errors import ConfigError
     from drillbook.evidence.anchor import current_head
 
+    output = output_file(output, "--output")
     target = _folder(path)
     head = current_head(target, signing_key())
     if head is None:

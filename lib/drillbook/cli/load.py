@@ -26,6 +26,12 @@ from drillbook.cli.app import (
 from drillbook.config import build, parse_duration, state_dir
 
 
+# The options of `drillbook load` by the LoadOptions field each sets, for error lines.
+LOAD_OPTIONS = {"users": "--users", "spawn_rate": "--spawn-rate", "run_time_s": "--duration",
+                "stop_timeout_s": "--stop-timeout", "workers": "--workers", "master_bind": "--master-bind",
+                "master_port": "--master-port"}
+
+
 @app.command("load")
 def load_command(
     profile: str = typer.Argument(..., help="Load profile from loadtests/ (agent-sessions, noisy-tenant) or a locustfile path."),
@@ -57,7 +63,7 @@ def load_command(
 
     settings = name_value_pairs(setting, "--set")
     run_time = parse_duration(duration, "--duration")
-    options = build(LoadOptions, host="http://127.0.0.1", users=users, spawn_rate=spawn_rate,
+    options = build(LoadOptions, names=LOAD_OPTIONS, host="http://127.0.0.1", users=users, spawn_rate=spawn_rate,
                     run_time_s=run_time, stop_timeout_s=parse_duration(stop_timeout, "--stop-timeout"),
                     workers=workers, remote_workers=remote_workers, master_bind=master_bind,
                     master_port=master_port, env=profile_env(settings, run_time))

@@ -17,6 +17,12 @@ sandbox_app = typer.Typer(no_args_is_help=True, help="The local reference agent 
 app.add_typer(sandbox_app, name="sandbox")
 
 
+# The options of `sandbox up` by the SandboxConfig field each sets, where the names differ.
+UP_OPTIONS = {"gpu_slots": "--gpu-slots", "tokens_per_second": "--tokens-per-second",
+              "model_load_delay_s": "--model-load-delay", "tenants": "--tenant", "rate_limit_rps": "--rate-limit",
+              "gateway_port": "--gateway-port", "defects": "--defect"}
+
+
 @sandbox_app.command("up")
 def sandbox_up(
     agents: int = typer.Option(2, help="Agent service replicas."),
@@ -38,7 +44,7 @@ def sandbox_up(
     from drillbook.sandbox import launcher
 
     config = build(
-        SandboxConfig, agents=agents, models=models, gpu_slots=gpu_slots, tokens_per_second=tokens_per_second,
+        SandboxConfig, names=UP_OPTIONS, agents=agents, models=models, gpu_slots=gpu_slots, tokens_per_second=tokens_per_second,
         model_load_delay_s=model_load_delay, store=store,
         dsn=dsn if dsn is not None else (default_pg_dsn() if store == "postgres" else None),
         tenants=tenant, rate_limit_rps=rate_limit, gateway_port=gateway_port, defects=defect,

@@ -1,0 +1,44 @@
+"""Run every probe family and print the table: python -m tests.probes [--family NAME] [--keep DIR]."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.probes import run_family, table
+from tests.probes import bad_input, tamper
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.probes", description=__doc__)
+    parser.add_argument("--family", choices=[tamper.FAMILY, bad_input.FAMILY], action="append",
+                        help="only this family (repeat); default: all")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
+    arguments = parser.parse_args()
+    families = arguments.family or [tamper.FAMILY, bad_input.FAMILY]
+    workspace = arguments.keep or Path(tempfile.mkdtemp(prefix="drillbook-probes-"))
+    outcomes = []
+    try:
+        for family in families:
+            started = time.monotonic()
+            print(f"… {family}", file=sys.stderr, flush=True)
+            if family == tamper.FAMILY:
+                done = run_family(tamper.probes(tamper.pristine(workspace / "pristine")), workspace / "tamper")
+            else:
+                with bad_input.target(workspace) as state:
+                    done = run_family(bad_input.probes(state), workspace / "bad-input")
+            print(f"… {family}: {len(done)} probes in {time.monotonic() - started:.0f} s", file=sys.stderr)
+            outcomes += done
+    finally:
+        if arguments.keep is None:
+            shutil.rmtree(workspace, ignore_errors=True)
+    print(table(outcomes))
+    return 0 if all(o.held for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
