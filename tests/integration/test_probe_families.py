@@ -1,6 +1,7 @@
 """The probe families (tests/probes), each probe its own test: tamper kinds that `verify` must
-catch and name, bad input that must be one line and exit 2 with nothing touched. Each family's
-control (an untouched history, a good command) must come out clean, so the judges can fail."""
+catch and name, bad input that must be one line and exit 2 with nothing touched, secrets that
+must reach no file of the evidence. Each family's control (an untouched history, a good command,
+a plain value found in the evidence) must come out clean, so the judges can fail."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.probes import bad_input, tamper
+from tests.probes import bad_input, secrets, tamper
 
 pytestmark = pytest.mark.integration
 TAMPER = tamper.probes(Path("/unused"))  # for the names; each test builds its probe on its own history
 BAD_INPUT = bad_input.probes(Path("/unused"))
+SECRETS = secrets.probes(Path("/unused"), Path("/unused"))
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +27,12 @@ def pristine_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with bad_input.target(tmp_path_factory.mktemp("target")) as state:
         yield state
+
+
+@pytest.fixture(scope="module")
+def secret_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the secrets family keeps its two runs (made by its first probe, once)."""
+    return tmp_path_factory.mktemp("secret-runs")
 
 
 @pytest.mark.parametrize("index", range(len(TAMPER)), ids=[p.name for p in TAMPER])
@@ -39,5 +47,12 @@ def test_tamper_is_caught_and_named(index, pristine_history, tmp_path_factory):
 @pytest.mark.parametrize("index", range(len(BAD_INPUT)), ids=[p.name for p in BAD_INPUT])
 def test_bad_input_is_one_line_exit_2_and_touches_nothing(index, probe_target, tmp_path):
     probe = bad_input.probes(probe_target)[index]
+    missed = probe.act(tmp_path)
+    assert missed is None, missed
+
+
+@pytest.mark.parametrize("index", range(len(SECRETS)), ids=[p.name for p in SECRETS])
+def test_no_secret_reaches_the_evidence(index, secret_runs, probe_target, tmp_path):
+    probe = secrets.probes(secret_runs, probe_target)[index]
     missed = probe.act(tmp_path)
     assert missed is None, missed

@@ -10,16 +10,19 @@ import time
 from pathlib import Path
 
 from tests.probes import run_family, table
-from tests.probes import bad_input, tamper
+from tests.probes import bad_input, secrets, tamper
+
+
+FAMILIES = [tamper.FAMILY, bad_input.FAMILY, secrets.FAMILY]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.probes", description=__doc__)
-    parser.add_argument("--family", choices=[tamper.FAMILY, bad_input.FAMILY], action="append",
+    parser.add_argument("--family", choices=FAMILIES, action="append",
                         help="only this family (repeat); default: all")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
     arguments = parser.parse_args()
-    families = arguments.family or [tamper.FAMILY, bad_input.FAMILY]
+    families = arguments.family or FAMILIES
     workspace = arguments.keep or Path(tempfile.mkdtemp(prefix="drillbook-probes-"))
     outcomes = []
     try:
@@ -29,8 +32,10 @@ def main() -> int:
             if family == tamper.FAMILY:
                 done = run_family(tamper.probes(tamper.pristine(workspace / "pristine")), workspace / "tamper")
             else:
-                with bad_input.target(workspace) as state:
-                    done = run_family(bad_input.probes(state), workspace / "bad-input")
+                with bad_input.target(workspace / family.replace(" ", "-")) as state:
+                    probes = (bad_input.probes(state) if family == bad_input.FAMILY else
+                              secrets.probes(workspace / "secret-runs", state))
+                    done = run_family(probes, workspace / family.replace(" ", "-") / "probes")
             print(f"… {family}: {len(done)} probes in {time.monotonic() - started:.0f} s", file=sys.stderr)
             outcomes += done
     finally:
