@@ -6,8 +6,9 @@ line with exit 2 and touched nothing). Every family starts with a control probe,
 left untouched, which must come out clean: a family whose control fails is not judged, so a
 harness that would call anything "caught" cannot pass.
 
-Run every family and print the table: ``python -m tests.probes`` (from the checkout). The
-integration test tests/integration/test_probe_families.py runs each probe as its own test.
+The families: tamper, bad input, secrets, interrupts, concurrency (one module each). Run them and
+print the table: ``python -m tests.probes [--family NAME]`` (from the checkout). The integration
+test tests/integration/test_probe_families.py runs the first three, each probe as its own test.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from tests.probes import run_family, table
-from tests.probes import bad_input, secrets, tamper
+from tests.probes import bad_input, concurrency, interrupts, secrets, tamper
 
 
-FAMILIES = [tamper.FAMILY, bad_input.FAMILY, secrets.FAMILY]
+FAMILIES = [tamper.FAMILY, bad_input.FAMILY, secrets.FAMILY, interrupts.FAMILY, concurrency.FAMILY]
 
 
 def main() -> int:
@@ -31,6 +31,9 @@ def main() -> int:
             print(f"… {family}", file=sys.stderr, flush=True)
             if family == tamper.FAMILY:
                 done = run_family(tamper.probes(tamper.pristine(workspace / "pristine")), workspace / "tamper")
+            elif family in (interrupts.FAMILY, concurrency.FAMILY):
+                module = interrupts if family == interrupts.FAMILY else concurrency
+                done = run_family(module.probes(), workspace / family)
             else:
                 with bad_input.target(workspace / family.replace(" ", "-")) as state:
                     probes = (bad_input.probes(state) if family == bad_input.FAMILY else
@@ -42,6 +45,8 @@ def main() -> int:
         if arguments.keep is None:
             shutil.rmtree(workspace, ignore_errors=True)
     print(table(outcomes))
+    for what, seconds in interrupts.STOP_TIMES.items():
+        print(f"stopped {seconds:5.2f} s after the signal: {what}")
     return 0 if all(o.held for o in outcomes) else 1
 
 

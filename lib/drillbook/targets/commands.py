@@ -47,6 +47,40 @@ class CommandsTarget(ProfileTarget):
     granted = "commands found"
     _status_problem: str | None = None  # the agent's status is asked once per target check
 
+    def __init__(self, profile: Any, state_dir: Path | None = None) -> None:
+        super().__init__(profile)
+        self.state_dir = state_dir
+        self._leases: Any = None  # drillbook.watchdog.WatchdogLeases, once a fault is leased
+
+    # FaultLeases: each scale and store destruction is leased to a watchdog started beside the run
+    # (drillbook.watchdog), which undoes it through these same commands once the run stops renewing
+    def lease_fault(self, fault: Any) -> None:
+        from drillbook.sandbox.leases import UNDO_FIELDS
+
+        if fault.undo.get("op") not in UNDO_FIELDS:
+            return  # a kill needs no undo: the workload replaces its replicas, and readiness is awaited
+        self._watchdog().lease(fault, dict(fault.undo))
+
+    def release_fault(self, fault: Any) -> None:
+        if self._leases is not None:
+            self._leases.release(fault)
+
+    def _watchdog(self) -> Any:
+        if self._leases is None:
+            from drillbook.config import fault_lease_s
+            from drillbook.targets import run_paths
+            from drillbook.watchdog import WatchdogLeases, watchdog_folder
+
+            self._leases = WatchdogLeases(watchdog_folder(self.profile, self.state_dir), self.profile.path,
+                                          run_paths(self.profile, self.state_dir)[1], self.state_dir, fault_lease_s())
+        return self._leases
+
+    def events(self) -> list[dict[str, Any]]:
+        """What the watchdog beside the runs undid (fault_undone_by_watchdog), with when."""
+        from drillbook.watchdog import watchdog_events, watchdog_folder
+
+        return watchdog_events(watchdog_folder(self.profile, self.state_dir))
+
     def _line(self, where: str, action: str) -> str | None:
         if where == STORE:
             return getattr(self.profile.spec.workload.store, action, None)

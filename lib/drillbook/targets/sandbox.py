@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
 from drillbook.targets.capabilities import SANDBOXES, TargetCheck
+from drillbook.watchdog import LeaseHeartbeat
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
@@ -58,43 +57,6 @@ class SandboxPlatform:
         self.handle = self.entry = None
 
 
-class LeaseHeartbeat:
-    """Renews, every third of the lease, the supervisor's leases on the faults this process made
-    and has not undone, for as long as the process lives: a daemon thread, which dies with it (and
-    then the leases run out and the supervisor undoes the faults). It stops when no fault is held."""
-
-    def __init__(self, handle: Any, seconds: float) -> None:
-        self.handle, self.seconds = handle, seconds
-        self.held: dict[str, str] = {}  # fault id -> its run
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-
-    def hold(self, fault: str, run: str) -> None:
-        with self.lock:
-            self.held[fault] = run
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._beat, name="drillbook-fault-lease-heartbeat", daemon=True)
-                self.thread.start()
-
-    def release(self, fault: str) -> None:
-        with self.lock:
-            self.held.pop(fault, None)
-
-    def _beat(self) -> None:
-        while True:
-            time.sleep(self.seconds / 3)
-            with self.lock:
-                runs = sorted(set(self.held.values()))
-                if not runs:
-                    self.thread = None
-                    return
-            try:
-                with self.handle.control() as control:
-                    control.renew_leases(runs)
-            except ControlApiError:
-                continue  # the platform is away: its leases, if it comes back, run out as they should
-
-
 class SandboxTarget:
     """The sandbox's services by role (agent, inference) or by their own names (aggressor)."""
 
@@ -107,7 +69,7 @@ class SandboxTarget:
         self.profile = profile or builtin_sandbox()
         self.api = self.profile.spec.api
         self.handle = launcher.require(Path(state_dir))
-        self.heartbeat = LeaseHeartbeat(self.handle, fault_lease_s())
+        self.heartbeat = LeaseHeartbeat(self._renew_leases, fault_lease_s(), away=(ControlApiError,))
 
     granted = "the reference platform"
 
@@ -303,6 +265,10 @@ class SandboxTarget:
             control.lease(fault.id, fault.run_id, f"{fault.kind} {json.dumps(fault.detail, sort_keys=True)}"[:500],
                           undo, self.heartbeat.seconds)
         self.heartbeat.hold(fault.id, fault.run_id)
+
+    def _renew_leases(self, runs: list[str]) -> None:
+        with self.handle.control() as control:
+            control.renew_leases(runs)
 
     def release_fault(self, fault: Any) -> None:
         self.heartbeat.release(fault.id)
