@@ -35,9 +35,11 @@ LEASES = "leases"  # in the watchdog's folder: one JSON file per leased fault, w
 UNDONE = "undone.jsonl"  # what the watchdog undid, with when: fault_undone_by_watchdog events
 LOCK = "watchdog.lock"  # held by the live watchdog for its whole life: one per folder
 LOG = "watchdog.log"
+HALT = "halt.json"  # the target's halt (drillbook.halt), for targets that keep none themselves
 TICK_S = 0.25
 IDLE_EXIT_S = 10.0  # a watchdog that held nothing for this long exits
-RETRY_S = 2.0  # an undo that failed (the target did not answer) is tried again after this
+RETRY_S = 2.0  # an undo that failed (the target did not answer) is tried again after this ...
+GIVE_UP_S = 600.0  # ... until this long after its lease ran out: then it is left to `drillbook rollback`
 
 
 class LeaseHeartbeat:
@@ -172,7 +174,8 @@ def due(held: dict[str, dict[str, Any]], now: float) -> list[dict[str, Any]]:
 def merge(held: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """What the watchdog holds after reading the lease files: new leases added, renewals taken,
     released ones dropped; a lease whose file is gone is kept (its runner's folder deleted is no
-    release). A pure function."""
+    release), and one the watchdog has in hand already (an undo it tries again) keeps its own
+    schedule. A pure function."""
     merged = dict(held)
     for record in records:
         fault = record.get("fault", {}).get("id")
@@ -180,7 +183,7 @@ def merge(held: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> dic
             continue
         if record.get("released"):
             merged.pop(fault, None)
-        else:
+        elif "first_due" not in merged.get(fault, {}):
             merged[fault] = record
     return merged
 
@@ -230,11 +233,15 @@ def watch(folder: Path, profile_path: Path, state_dir: Path | None) -> int:
                 "undone": how, "restored": restored, "lease_expired_at": lease["expires_at"]})
             print(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {fault['id']} of run "
                   f"{fault['run_id']}: lease ran out; {how}", flush=True)
-            if restored:
+            first_due = lease.get("first_due", lease["expires_at"])
+            if restored or now - first_due > GIVE_UP_S:
                 held.pop(fault["id"], None)
                 (folder / LEASES / f"{fault['id']}.json").unlink(missing_ok=True)
+                if not restored:
+                    print(f"gave up on {fault['id']} after {GIVE_UP_S:g} s: left open for `drillbook rollback`",
+                          flush=True)
             else:  # tried again shortly
-                held[fault["id"]] = lease | {"expires_at": now + RETRY_S}
+                held[fault["id"]] = lease | {"expires_at": now + RETRY_S, "first_due": first_due}
         for path in (folder / LEASES).glob("*.json"):  # released leases: their files go
             try:
                 if json.loads(path.read_text()).get("released"):
@@ -246,6 +253,43 @@ def watch(folder: Path, profile_path: Path, state_dir: Path | None) -> int:
         elif time.monotonic() - idle_since > IDLE_EXIT_S:
             return 0
         time.sleep(TICK_S)
+
+
+def halt_state(folder: Path) -> dict[str, Any]:
+    """{"halted": false}, or who halted the target, why and when (kept in the watchdog's folder)."""
+    try:
+        return {"halted": True, **json.loads((folder / HALT).read_text())}
+    except (OSError, ValueError):
+        return {"halted": False}
+
+
+def halt(folder: Path, operator: str, reason: str, undo: Callable[[dict[str, Any]], tuple[str, bool]]
+         ) -> dict[str, Any]:
+    """Halt the target: the halt is written where every run on it looks, then every lease still
+    held is undone now (undo(lease)) and released, so the watchdog does not undo it again."""
+    now = time.time()
+    state = {"operator": operator[:120], "reason": reason[:300], "at": now,
+             "at_utc": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")}
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write(folder / HALT, state)
+    undone = []
+    for lease in read_leases(folder):
+        if lease.get("released"):
+            continue
+        try:
+            how, restored = undo(lease)
+        except Exception as error:  # noqa: BLE001 - one failed undo must not stop the others
+            how, restored = f"NOT undone: {type(error).__name__}: {error}"[:300], False
+        if restored:
+            _write(folder / LEASES / f"{lease['fault']['id']}.json", lease | {"released": True})
+        undone.append(how)
+    return {"halted": True, **state, "undone": undone}
+
+
+def lift_halt(folder: Path) -> dict[str, Any]:
+    was = halt_state(folder)
+    (folder / HALT).unlink(missing_ok=True)
+    return {"halted": False, "was": was}
 
 
 def watchdog_events(folder: Path) -> list[dict[str, Any]]:

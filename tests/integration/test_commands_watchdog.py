@@ -75,3 +75,39 @@ def test_a_run_that_ends_well_leaves_the_watchdog_nothing_and_it_exits(tinyagent
     assert (folder / "watchdog.log").exists()  # a watchdog was there all along ...
     wait_for(lambda: not running(folder), timeout=IDLE_EXIT_S + 10)  # ... and went once it held nothing
     assert not list((folder / LEASES).glob("*.json"))
+
+
+def test_a_halt_on_a_commands_target_undoes_its_faults_stops_the_run_and_refuses_until_lifted(
+        tinyagent, tmp_path):  # noqa: F811
+    agent = tinyagent()
+    folder = tmp_path / "watchdogs" / "tinyagent"
+    results = tmp_path / "results"
+
+    def drillbook(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "drillbook", *args], text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "250"})
+
+    run = drillbook("run", "cold-start", "--target", str(agent.profile), "-p", "trials=1", "-p", "idle_s=90",
+                    "--results", str(results))
+    try:
+        wait_for(lambda: agent.status()["desired"] == 0 and list((folder / LEASES).glob("*.json")), timeout=90)
+        halted = drillbook("halt", "--target", str(agent.profile), "--operator", "alice", "--reason", "window closed")
+        out, err = halted.communicate(timeout=120)
+        assert halted.returncode == 0, out + err
+        assert "halted tinyagent by alice: window closed; 1 leased fault(s) undone" in out, out
+        assert agent.status()["desired"] == 2  # undone before the halt answered
+        run_out, run_err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 143, run_out + run_err
+    (summary,) = [p for p in results.glob("*_cold-start_*/summary.json")]
+    assert '"verdict": "ABORTED"' in summary.read_text() and "halted by alice: window closed" in summary.read_text()
+    refused = drillbook("run", "cold-start", "--target", str(agent.profile), "--results", str(tmp_path / "refused"))
+    out, err = refused.communicate(timeout=120)
+    assert refused.returncode == 2 and "target tinyagent is halted by alice since" in err, err
+    assert not (tmp_path / "refused").exists()
+    lifted = drillbook("halt", "--target", str(agent.profile), "--lift")
+    out, _ = lifted.communicate(timeout=60)
+    assert lifted.returncode == 0 and "halt lifted on tinyagent (halted by alice: window closed)" in out
+    assert not (folder / UNDONE).exists()  # the halt undid the fault, and released it: the watchdog had nothing

@@ -25,3 +25,9 @@ def test_due_leases_are_those_past_their_expiry_oldest_grant_first():
     assert [item["fault"]["id"] for item in due(held, now=6)] == ["early", "late"]
     assert due(held, now=4.5)[0]["fault"]["id"] == "early" and len(due(held, now=4.5)) == 1
     assert due(held, now=3.9) == []  # not yet: a lease is due only once its expiry has passed
+
+
+def test_an_undo_tried_again_keeps_its_schedule_until_released():
+    in_hand = {"a": lease("a", 12) | {"first_due": 4}}
+    assert merge(in_hand, [lease("a", 4)])["a"]["expires_at"] == 12  # the stale file does not reset it
+    assert merge(in_hand, [lease("a", 4, released=True)]) == {}

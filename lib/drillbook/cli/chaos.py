@@ -157,7 +157,8 @@ def halt_command(
 ) -> None:
     """Stop every drill running on a target, from anywhere that reaches it.
 
-    The target keeps the halt (the sandbox: its supervisor) and undoes every leased fault at once;
+    The target keeps the halt (the sandbox: its supervisor; a commands target: beside its watchdog,
+    on this machine) and undoes every leased fault at once;
     each run on it sees the halt within half a second and stops (rollbacks run, evidence sealed
     ABORTED "halted by OPERATOR: REASON"); new runs are refused until `drillbook halt --lift`."""
     import getpass

@@ -75,6 +75,28 @@ class CommandsTarget(ProfileTarget):
                                           run_paths(self.profile, self.state_dir)[1], self.state_dir, fault_lease_s())
         return self._leases
 
+    # Halting: the halt is kept in the watchdog's folder, where every run on this machine looks
+    def halt_state(self) -> dict[str, Any]:
+        from drillbook import watchdog
+
+        return watchdog.halt_state(self._folder())
+
+    def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        from drillbook import watchdog
+
+        return watchdog.halt(self._folder(), operator, reason,
+                             lambda lease: watchdog.undo_lease(lease, self.profile.path, self.state_dir))
+
+    def lift_halt(self) -> dict[str, Any]:
+        from drillbook import watchdog
+
+        return watchdog.lift_halt(self._folder())
+
+    def _folder(self) -> Path:
+        from drillbook.watchdog import watchdog_folder
+
+        return watchdog_folder(self.profile, self.state_dir)
+
     def events(self) -> list[dict[str, Any]]:
         """What the watchdog beside the runs undid (fault_undone_by_watchdog), with when."""
         from drillbook.watchdog import watchdog_events, watchdog_folder
