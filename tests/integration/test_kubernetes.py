@@ -243,3 +243,90 @@ def test_the_deploy_manifests_apply_to_the_test_cluster_where_v1_20_serves_them(
                 core.delete_namespace(namespace)
             except client.ApiException:
                 pass
+
+
+# A runner that scales the agent Deployment to zero as a drill does (the ledger written, the lease
+# put on the Deployment, its heartbeat renewing it), then holds the fault until it is killed.
+LOST_RUNNER = """
+import sys, time
+from drillbook.chaos.actions import scale_service
+from drillbook.chaos.runner import target_configuration
+from drillbook.profile import load_profile
+configuration = {**target_configuration(load_profile(sys.argv[1])), "drillbook_run_id": "lost-run"}
+scale_service("agent", 0, configuration=configuration)
+print("scaled", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_lost_runners_scale_is_undone_by_the_watchdog_from_the_records_in_the_cluster_alone(
+        k8s_cluster, namespace, tmp_path):
+    """The watchdog runs as its own process under the service account and rights of
+    deploy/watchdog (list and patch Deployments, nothing else): while the runner lives it undoes
+    nothing; once the runner is SIGKILLed and its ledger deleted, it scales the Deployment back
+    from the lease on it, within the lease plus 60 s, and records the undo there."""
+    import shutil
+    import subprocess
+    import sys
+
+    from drillbook.kube_leases import LEASE_PREFIX, leases_on, undone_records
+    from tests.unit.test_deploy import kustomized
+
+    lease_s = 3.0
+    core, rbac = client.CoreV1Api(k8s_cluster.api), client.RbacAuthorizationV1Api(k8s_cluster.api)
+    apps = client.AppsV1Api(k8s_cluster.api)
+    (role,) = [d for d in kustomized(REPOSITORY / "deploy" / "watchdog")
+               if d["kind"] == "Role" and d["metadata"]["namespace"] == "agents"]
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "drillbook-watchdog"}})
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "drillbook-watchdog"}, "rules": role["rules"]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "drillbook-watchdog"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "drillbook-watchdog"},
+        "subjects": [{"kind": "ServiceAccount", "name": "drillbook-watchdog", "namespace": namespace}]})
+
+    def token() -> str | None:
+        account = core.read_namespaced_service_account("drillbook-watchdog", namespace)
+        if not account.secrets:
+            return None
+        import base64
+
+        return base64.b64decode(core.read_namespaced_secret(account.secrets[0].name, namespace).data["token"]).decode()
+
+    watchdog_kubeconfig = k8s_cluster.kubeconfig_for("drillbook-watchdog", wait_for(token, timeout=30))
+    env = {**os.environ, "DRILLBOOK_TEST_KEY": "k", "DRILLBOOK_FAULT_LEASE_S": str(lease_s),
+           "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(k8s_cluster.kubeconfig)}
+    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, str(profile_for(tmp_path, namespace))], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = subprocess.Popen([sys.executable, "-m", "drillbook", "watchdog", "--namespace", namespace,
+                                 "--context", "drillbook-test", "--interval", "0.5"],
+                                env={**env, "KUBECONFIG": str(watchdog_kubeconfig)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "scaled", runner.stderr.read() if runner.poll() else ""
+        agent = lambda: apps.read_namespaced_deployment("agent", namespace)  # noqa: E731
+        (lease,) = leases_on(agent().metadata.annotations)
+        assert lease["run"] == "lost-run" and lease["replicas"] == 2 and agent().spec.replicas == 0
+        time.sleep(3 * lease_s)  # the runner lives and renews: nothing is undone
+        assert agent().spec.replicas == 0 and undone_records(agent().metadata.annotations) == []
+        assert leases_on(agent().metadata.annotations)[0]["expires_at"] > lease["expires_at"]  # renewed
+
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(30)
+        killed_at = time.time()
+        shutil.rmtree(tmp_path / "ledgers")  # what the runner's machine held
+        wait_for(lambda: agent().spec.replicas == 2 and agent().status.ready_replicas == 2, timeout=lease_s + 60)
+        (undo,) = undone_records(agent().metadata.annotations)
+        assert undo["run"] == "lost-run" and undo["undone"] == "scaled agent back to 2", undo
+        assert killed_at - lease_s <= undo["lease_expired_at"] <= undo["t"]
+        assert not [k for k in agent().metadata.annotations if k.startswith(LEASE_PREFIX)]
+    finally:
+        for process in (runner, watchdog):
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+        said = watchdog.stdout.read()
+        runner.stdout.close()
+        runner.stderr.close()
+        watchdog.stdout.close()
+    assert "ran out; scaled back to 2" in said, said
+    assert "cannot" not in said, said  # its rights were enough: list and patch

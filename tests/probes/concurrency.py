@@ -20,11 +20,12 @@ from drillbook.sandbox import launcher
 from drillbook.targets import run_lock_path
 from tests.helpers import poll
 from tests.integration.test_evidence import write_bundle
-from tests.integration.test_interrupts import HA
 from tests.probes import Probe, drillbook
 from tests.probes.interrupts import Watched
 
 FAMILY = "concurrency"
+# The run that holds the target: an HA drill long enough to judge its recovery on a busy machine.
+HOLDING_RUN = ["run", "ha-replica-loss", "-p", "duration_s=24", "-p", "kill_after_s=3", "-p", "users=4"]
 
 
 def holder_pid(state: Path) -> int | None:
@@ -39,7 +40,7 @@ def with_a_held_sandbox(second: Callable[[Path, Path, Watched], str | None], fol
     first run) while the first runs; the first must still PASS."""
     state = folder / "held"
     launcher.start(SandboxConfig(tokens_per_second=0), state)
-    first = Watched(HA, state, folder / "first")
+    first = Watched(HOLDING_RUN, state, folder / "first")
     try:
         poll("the first run holding the sandbox", lambda: holder_pid(state) == first.process.pid, 120)
         missed = second(folder, state, first)
@@ -60,13 +61,13 @@ def refused(args: list[str], folder: Path, state: Path, first: Watched) -> str |
     results = folder / "second"
     done = drillbook([*args, "--results", results] if args[0] in ("run", "gameday") else args,
                      env={"DRILLBOOK_STATE_DIR": str(state)}, timeout=300)
-    lines = done.stderr.strip().splitlines()
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("… ")]  # progress
     if done.returncode != 2:
         return f"not refused: exit {done.returncode}: {(lines or [''])[-1][:200]}"
     if len(lines) != 1 or f"(pid {first.process.pid}" not in lines[0]:
         return f"refused without naming the holder in one line: {done.stderr[:300]!r}"
-    if results.exists():
-        return "a bundle was begun before the refusal"
+    if results.exists() and any(results.iterdir()):
+        return f"a bundle was begun before the refusal: {sorted(p.name for p in results.iterdir())[:3]}"
     return None
 
 
@@ -74,11 +75,12 @@ def beside(folder: Path, state: Path, first: Watched) -> str | None:
     """A run on another sandbox (the same parent folder) goes ahead while the first runs."""
     other = folder / "beside"
     launcher.start(SandboxConfig(tokens_per_second=0), other)
-    done = drillbook(["run", "cold-start", "-p", "trials=1", "--results", folder / "beside-results"],
-                     env={"DRILLBOOK_STATE_DIR": str(other)}, timeout=300)
-    if done.returncode != 0:
-        return f"refused or failed beside the first (exit {done.returncode}): {done.stderr.strip()[-200:]}"
-    return None if first.process.poll() is None else "the first run was over before the second began: not at once"
+    second = Watched(["run", "cold-start", "-p", "trials=1"], other, folder / "beside-results")
+    at_once = first.process.poll() is None
+    code, _, err = second.finish()
+    if code != 0:
+        return f"refused or failed beside the first (exit {code}): {err.strip()[-200:]}"
+    return None if at_once else "the first run was over before the second began: not at once"
 
 
 def read_only(folder: Path, state: Path, first: Watched) -> str | None:

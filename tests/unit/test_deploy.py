@@ -93,3 +93,18 @@ def test_the_runner_is_least_privilege_and_namespace_scoped():
     assert granted(runner["tenant-b"]) == needed({"tenants", "aggressor"})
     (aggressor,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "aggressor"]
     assert aggressor["metadata"]["namespace"] == "tenant-b" and aggressor["spec"]["replicas"] == 0
+
+
+def test_the_watchdog_may_only_read_and_patch_deployments_where_runs_scale_them():
+    from drillbook.kube_leases import WATCHDOG_RIGHTS
+
+    watchdog = {r["metadata"]["namespace"]: r for r in by_kind("Role") if r["metadata"]["name"] == "drillbook-watchdog"}
+    assert set(watchdog) == {"agents", "tenant-b"}  # the platform's tiers, and the noisy tenant's aggressor
+    for role in watchdog.values():
+        assert {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+                for resource in rule["resources"] for verb in rule["verbs"]} == WATCHDOG_RIGHTS
+    (deployment,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "drillbook-watchdog"]
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "drillbook-watchdog"
+    args = spec["containers"][0]["args"]
+    assert args[0] == "watchdog" and {args[i + 1] for i, a in enumerate(args) if a == "--namespace"} == set(watchdog)

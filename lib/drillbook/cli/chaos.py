@@ -186,3 +186,38 @@ def halt_command(
                   "`drillbook halt --lift` lets runs start again", soft_wrap=True, markup=False)
     for line in done.get("undone", []):
         console.print(f"undone: {line}", soft_wrap=True, markup=False)
+
+
+@app.command("watchdog")
+def watchdog_command(
+    namespace: list[str] = typer.Option(..., "--namespace", help="A namespace whose Deployments it watches "
+                                        "(repeat)."),
+    context: str = typer.Option("in-cluster", "--context", help="A context of $KUBECONFIG, or in-cluster (the "
+                                "pod's own service account)."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, max=60.0, help="Seconds between rounds."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="Stop after this many rounds (default: "
+                                         "run until stopped)."),
+    alive_file: Optional[Path] = typer.Option(None, "--alive-file", help="Touch this file after every round (a "
+                                              "readiness probe's proof that the rounds go on)."),
+) -> None:
+    """Undo the Kubernetes faults whose leases ran out, from the records on the Deployments alone.
+
+    Meant to run in the cluster (deploy/watchdog), where it outlives any runner: a Deployment a run
+    scaled carries the run's lease, renewed while the run lives; once a lease runs out (the runner
+    killed, its machine gone) this scales the Deployment back and records the undo on it."""
+    import re
+
+    from kubernetes import client
+
+    from drillbook.errors import ConfigError
+    from drillbook.kube_leases import watch
+    from drillbook.targets.kubernetes import api_client
+
+    for name in namespace:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise ConfigError(f"--namespace {name[:80]!r} is not a namespace name")
+    apps = client.AppsV1Api(api_client(context))
+    console.print(f"watching the fault leases on the Deployments of {', '.join(namespace)} every {interval:g} s",
+                  soft_wrap=True, markup=False)
+    watch(apps, list(namespace), lambda line: console.print(line, soft_wrap=True, markup=False), interval, rounds,
+          alive=alive_file.touch if alive_file else None)

@@ -61,7 +61,7 @@ def gameday_command(
 
         store = EvidenceStore(publish)  # unreachable or not object-locked: refused before anything runs
     err_console.print(f"[dim]…[/] game day {checked.name} ({path}) on {checked.target}; "
-                      f"evidence in {results_dir(results)}", soft_wrap=True)
+                      f"evidence in {results_dir(results, make=False)}", soft_wrap=True)
     try:
         result = run_gameday(
             path, state_dir(state), results, target=target, exercise=exercise,

@@ -137,11 +137,36 @@ class KubernetesTarget(ProfileTarget):
         self.chaos_secrets = {"KUBERNETES_CONTEXT": self.context}
         self._reviews: dict[tuple[str, str, str, str], bool] = {}
         self._absences: dict[str, str | None] = {}  # role -> why its Deployment cannot be read
+        self._leases: Any = None  # drillbook.kube_leases.ClusterLeases, once a fault is leased
         # Import the client libraries now, in the caller's thread: importing them from two threads
         # at once (a readiness watch beside a chaos action) trips over requests' circular imports.
         import chaosk8s.deployment.actions  # noqa: F401
         import chaosk8s.pod.actions  # noqa: F401
         import kubernetes.client  # noqa: F401
+
+    # FaultLeases: each scale is leased on the Deployment it changed (drillbook.kube_leases), where the
+    # watchdog in the cluster (deploy/watchdog) finds it without anything of the runner's
+    def lease_fault(self, fault: Any) -> None:
+        if fault.undo.get("op") != "scale":
+            return  # a kill needs no undo (the ReplicaSet replaces pods); a store the cluster cannot restore
+        role = str(fault.undo["service"])
+        self._cluster_leases().lease(fault, self.namespace_of(role), self.deployment(role),
+                                     int(fault.undo["replicas"]))
+
+    def release_fault(self, fault: Any) -> None:
+        if self._leases is not None:
+            self._leases.release(fault)
+
+    def _cluster_leases(self) -> Any:
+        if self._leases is None:
+            from drillbook.config import fault_lease_s
+            from drillbook.kube_leases import ClusterLeases
+
+            self._leases = ClusterLeases(self._annotate, fault_lease_s())
+        return self._leases
+
+    def _annotate(self, namespace: str, deployment: str, annotations: dict[str, Any]) -> None:
+        self._apps().patch_namespaced_deployment(deployment, namespace, {"metadata": {"annotations": annotations}})
 
     def has(self, role: str) -> bool:
         return self.profile.role(role) is not None
@@ -327,7 +352,16 @@ class KubernetesTarget(ProfileTarget):
         or from a kubelet's precise drillbook.dev/*-at annotations where it writes them."""
         found = [event for role in ("agent", "inference") if self.has(role)
                  for pod in self._live_pods(role) for event in pod_events(pod, role)]
+        found += self._watchdog_undos()
         return sorted(found, key=lambda event: event["t"])
+
+    def _watchdog_undos(self) -> list[dict[str, Any]]:
+        """What the watchdog in the cluster undid (fault_undone_by_watchdog), from the records it
+        left on the Deployments of the tiers a run scales."""
+        from drillbook.kube_leases import undone_records
+
+        return [record for role in ("agent", "inference", "aggressor") if self.has(role)
+                for record in undone_records(self._deployment(role).metadata.annotations)]
 
     def replica_urls(self, role: str) -> list[str]:
         """http://podIP:port of the role's ready pods (for reading their metrics)."""
