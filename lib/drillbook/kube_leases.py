@@ -62,10 +62,12 @@ def expired(annotations: dict[str, str] | None, now: float) -> list[dict[str, An
 class ClusterLeases:
     """The run's side: the lease written on, renewed on and removed from the Deployment."""
 
-    def __init__(self, patch: Callable[[str, str, dict[str, Any]], None], seconds: float) -> None:
-        from drillbook.watchdog import LeaseHeartbeat
+    def __init__(self, patch: Callable[[str, str, dict[str, Any]], None],
+                 read: Callable[[str, str], dict[str, str]], seconds: float) -> None:
+        from drillbook.heartbeat import LeaseHeartbeat
 
         self.patch = patch  # (namespace, deployment, annotations to set, None to remove)
+        self.read = read  # (namespace, deployment) -> its annotations now
         self.held: dict[str, tuple[str, str, dict[str, Any]]] = {}
         self.heartbeat = LeaseHeartbeat(self._renew, seconds)
 
@@ -85,17 +87,23 @@ class ClusterLeases:
         now = time.time()
         for fault, (namespace, deployment, record) in list(self.held.items()):
             if record["run"] in runs:
+                if lease_key(fault) not in self.read(namespace, deployment):  # a halt undid it: not put back
+                    self.held.pop(fault, None)
+                    continue
                 record = record | {"expires_at": now + record["seconds"]}
                 self.held[fault] = (namespace, deployment, record)
                 self.patch(namespace, deployment, {lease_key(fault): json.dumps(record, sort_keys=True)})
 
 
-def undo_expired(apps: Any, namespace: str, deployment: Any, now: float) -> list[str]:
-    """Scale one Deployment back for the leases on it that ran out: one patch, conditional on the
-    resourceVersion read, that sets the replicas, removes those leases and records the undo."""
+def undo_expired(apps: Any, namespace: str, deployment: Any, now: float, every: bool = False,
+                 kind: str = "fault_undone_by_watchdog") -> list[str]:
+    """Scale one Deployment back for the leases on it that ran out (every: all its leases, for a
+    halt): one patch, conditional on the resourceVersion read, that sets the replicas, removes
+    those leases and records the undo."""
     from kubernetes.client import ApiException
 
-    due = expired(deployment.metadata.annotations, now)
+    due = sorted(leases_on(deployment.metadata.annotations), key=lambda r: r.get("granted_at", 0)) if every else \
+        expired(deployment.metadata.annotations, now)
     if not due:
         return []
     oldest = due[0]
@@ -103,7 +111,7 @@ def undo_expired(apps: Any, namespace: str, deployment: Any, now: float) -> list
     annotations: dict[str, str | None] = {lease_key(r["fault"]): None for r in due}
     for record in due:
         annotations[f"{UNDONE_PREFIX}{record['fault']}"] = json.dumps(
-            {"kind": "fault_undone_by_watchdog", "t": now, "run": record["run"], "fault": record["fault"],
+            {"kind": kind, "t": now, "run": record["run"], "fault": record["fault"],
              "undone": f"scaled {deployment.metadata.name} back to {oldest['replicas']}",
              "lease_expired_at": record["expires_at"]}, sort_keys=True)
     old_undos = sorted((k for k in (deployment.metadata.annotations or {}) if k.startswith(UNDONE_PREFIX)))
@@ -117,7 +125,8 @@ def undo_expired(apps: Any, namespace: str, deployment: Any, now: float) -> list
         if error.status == 409:  # renewed or changed since it was read: looked at again next round
             return []
         raise
-    return [f"{stamp} {namespace}/{deployment.metadata.name}: lease of fault {r['fault']} (run {r['run']}) ran out; "
+    why = "was undone by the halt" if every else "ran out"
+    return [f"{stamp} {namespace}/{deployment.metadata.name}: lease of fault {r['fault']} (run {r['run']}) {why}; "
             f"scaled back to {oldest['replicas']}" for r in due]
 
 
@@ -146,6 +155,68 @@ def watch(apps: Any, namespaces: list[str], say: Callable[[str], None], interval
             alive()
         if rounds is None or done < rounds:
             time.sleep(interval_s)
+
+
+HALT_CONFIGMAP = "drillbook-halt"  # in the target's namespace: the halt every run on it reads
+
+
+def halt_state(core: Any, namespace: str) -> dict[str, Any]:
+    """{"halted": false}, or who halted the target, why and when, from the ConfigMap."""
+    from kubernetes.client import ApiException
+
+    try:
+        data = core.read_namespaced_config_map(HALT_CONFIGMAP, namespace).data or {}
+    except ApiException as error:
+        if error.status == 404:
+            return {"halted": False}
+        if error.status == 403:  # a run that cannot see the halt button must not start
+            from drillbook.errors import ConfigError
+
+            raise ConfigError(f"cannot read the halt (ConfigMap {HALT_CONFIGMAP} in {namespace}): not allowed; "
+                              f"grant get on it to the runner (deploy/rbac/runner.yaml)") from None
+        raise
+    return {"halted": True, "operator": data.get("operator", ""), "reason": data.get("reason", ""),
+            "at": float(data.get("at", 0) or 0), "at_utc": data.get("at_utc", "")}
+
+
+def halt(core: Any, apps: Any, namespace: str, deployments: list[tuple[str, str]], operator: str,
+         reason: str) -> dict[str, Any]:
+    """Write the halt where the runs read it, then scale back every Deployment a run holds a
+    lease on (namespace, name), now, whoever holds it."""
+    from kubernetes.client import ApiException
+
+    now = time.time()
+    data = {"operator": operator[:120], "reason": reason[:300], "at": repr(now),
+            "at_utc": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")}
+    body = {"metadata": {"name": HALT_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "drillbook"}}, "data": data}
+    try:
+        core.create_namespaced_config_map(namespace, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        core.replace_namespaced_config_map(HALT_CONFIGMAP, namespace, body)
+    undone = []
+    for where, name in deployments:
+        try:
+            deployment = apps.read_namespaced_deployment(name, where)
+        except ApiException as error:
+            if error.status == 404:
+                continue
+            raise
+        undone += undo_expired(apps, where, deployment, now, every=True, kind="fault_undone_by_halt")
+    return {"halted": True, **data, "at": now, "undone": undone}
+
+
+def lift_halt(core: Any, namespace: str) -> dict[str, Any]:
+    from kubernetes.client import ApiException
+
+    was = halt_state(core, namespace)
+    try:
+        core.delete_namespaced_config_map(HALT_CONFIGMAP, namespace)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+    return {"halted": False, "was": was}
 
 
 def undone_records(annotations: dict[str, str] | None) -> list[dict[str, Any]]:

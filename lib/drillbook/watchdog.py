@@ -12,7 +12,8 @@ The limit, stated in docs/commands-target.md: it dies with the machine it runs o
 target whose runner's machine is gone is undone only by a watchdog that lives where the fault
 lives (the sandbox's supervisor; on Kubernetes, one in the cluster).
 
-Run as ``python -m drillbook.watchdog FOLDER PROFILE [STATE_DIR]``; started by WatchdogLeases.
+This module is the run's side and the records (no target, no chaos: the targets use it); the
+watchdog process itself is drillbook.chaos.watchdog, started by WatchdogLeases.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,58 +34,12 @@ LEASES = "leases"  # in the watchdog's folder: one JSON file per leased fault, w
 UNDONE = "undone.jsonl"  # what the watchdog undid, with when: fault_undone_by_watchdog events
 LOCK = "watchdog.lock"  # held by the live watchdog for its whole life: one per folder
 LOG = "watchdog.log"
+WATCHDOG_PROCESS = "drillbook.chaos.watchdog"  # the module the watchdog runs as (it undoes through chaos)
 HALT = "halt.json"  # the target's halt (drillbook.halt), for targets that keep none themselves
 TICK_S = 0.25
 IDLE_EXIT_S = 10.0  # a watchdog that held nothing for this long exits
 RETRY_S = 2.0  # an undo that failed (the target did not answer) is tried again after this ...
 GIVE_UP_S = 600.0  # ... until this long after its lease ran out: then it is left to `drillbook rollback`
-
-
-class LeaseHeartbeat:
-    """Renews, every third of the lease, the leases on the faults this process made and has not
-    undone, for as long as the process lives: a daemon thread, which dies with it (and then the
-    leases run out and whoever holds them undoes the faults). It stops when no fault is held.
-    renew(runs) pushes back the leases of those runs; an OSError or ControlApiError from it is a
-    platform away for a moment, and the next beat tries again."""
-
-    def __init__(self, renew: Callable[[list[str]], Any], seconds: float,
-                 away: tuple[type[BaseException], ...] = (OSError,)) -> None:
-        self.renew, self.seconds, self.away = renew, seconds, away
-        self.held: dict[str, str] = {}  # fault id -> its run
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-
-    def hold(self, fault: str, run: str) -> None:
-        with self.lock:
-            self.held[fault] = run
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._beat, name="drillbook-fault-lease-heartbeat", daemon=True)
-                self.thread.start()
-
-    def release(self, fault: str) -> None:
-        with self.lock:
-            self.held.pop(fault, None)
-
-    def _beat(self) -> None:
-        while True:
-            time.sleep(self.seconds / 3)
-            with self.lock:
-                runs = sorted(set(self.held.values()))
-                if not runs:
-                    self.thread = None
-                    return
-            try:
-                self.renew(runs)
-            except self.away:
-                continue
-
-
-def watchdog_folder(profile: Any, state_dir: Path | None) -> Path:
-    """Where the watchdog of a profile's target keeps its leases, lock and records: beside the
-    target's fault ledger."""
-    from drillbook.targets import run_paths
-
-    return run_paths(profile, state_dir)[1].parent.parent / "watchdogs" / profile.name
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
@@ -103,6 +56,8 @@ class WatchdogLeases:
 
     def __init__(self, folder: Path, profile_path: Path, ledger: Path, state_dir: Path | None, seconds: float) -> None:
         self.folder, self.profile_path, self.ledger, self.state_dir = folder, profile_path, ledger, state_dir
+        from drillbook.heartbeat import LeaseHeartbeat
+
         self.heartbeat = LeaseHeartbeat(self._renew, seconds)
 
     def lease(self, fault: Any, undo: dict[str, Any]) -> None:
@@ -151,7 +106,7 @@ def ensure_running(folder: Path, profile_path: Path, state_dir: Path | None) -> 
     if running(folder):
         return
     with open(folder / LOG, "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "drillbook.watchdog", str(folder), str(profile_path),
+        subprocess.Popen([sys.executable, "-m", WATCHDOG_PROCESS, str(folder), str(profile_path),
                           str(state_dir or "")], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True, close_fds=True)
 
@@ -188,73 +143,6 @@ def merge(held: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> dic
     return merged
 
 
-def undo_lease(lease: dict[str, Any], profile_path: Path, state_dir: Path | None) -> tuple[str, bool]:
-    """Undo one lease's fault through the target, and mark it undone in its ledger when the ledger
-    is still there."""
-    from drillbook.chaos.actions import undo
-    from drillbook.chaos.context import RunContext
-    from drillbook.chaos.ledger import Fault, FaultLedger
-    from drillbook.profile import load_profile
-    from drillbook.targets import target_for
-
-    fault = Fault(**lease["fault"])
-    target = target_for(load_profile(str(profile_path)), state_dir)
-    ledger = FaultLedger(Path(lease["ledger"]))
-    how, restored = undo(RunContext(fault.run_id, Path(lease["ledger"]).parent, ledger, target), fault)
-    if restored and ledger.path.exists() and any(f.id == fault.id for f in ledger.open_faults()):
-        ledger.resolve(fault, f"undone by the watchdog: {how}")
-    return how, restored
-
-
-def watch(folder: Path, profile_path: Path, state_dir: Path | None) -> int:
-    """The watchdog's life: hold the folder's lock, read the lease files every tick, undo what ran
-    out, and exit once nothing was held for IDLE_EXIT_S."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = open(folder / LOCK, "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another watchdog holds this folder
-    held: dict[str, dict[str, Any]] = {}
-    idle_since = time.monotonic()
-    while True:
-        held = merge(held, read_leases(folder))
-        now = time.time()
-        for lease in due(held, now):
-            began_at = time.time()
-            try:
-                how, restored = undo_lease(lease, profile_path, state_dir)
-            except Exception as error:  # noqa: BLE001 - the target did not answer: tried again soon
-                how, restored = f"undo failed: {type(error).__name__}: {error}"[:500], False
-            fault = lease["fault"]
-            jsonl.append(folder / UNDONE, {
-                "kind": "fault_undone_by_watchdog", "t": time.time(), "began_at": began_at, "run": fault["run_id"],
-                "fault": fault["id"],
-                "undone": how, "restored": restored, "lease_expired_at": lease["expires_at"]})
-            print(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {fault['id']} of run "
-                  f"{fault['run_id']}: lease ran out; {how}", flush=True)
-            first_due = lease.get("first_due", lease["expires_at"])
-            if restored or now - first_due > GIVE_UP_S:
-                held.pop(fault["id"], None)
-                (folder / LEASES / f"{fault['id']}.json").unlink(missing_ok=True)
-                if not restored:
-                    print(f"gave up on {fault['id']} after {GIVE_UP_S:g} s: left open for `drillbook rollback`",
-                          flush=True)
-            else:  # tried again shortly
-                held[fault["id"]] = lease | {"expires_at": now + RETRY_S, "first_due": first_due}
-        for path in (folder / LEASES).glob("*.json"):  # released leases: their files go
-            try:
-                if json.loads(path.read_text()).get("released"):
-                    path.unlink(missing_ok=True)
-            except (OSError, ValueError):
-                pass
-        if held:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > IDLE_EXIT_S:
-            return 0
-        time.sleep(TICK_S)
-
-
 def halt_state(folder: Path) -> dict[str, Any]:
     """{"halted": false}, or who halted the target, why and when (kept in the watchdog's folder)."""
     try:
@@ -263,27 +151,20 @@ def halt_state(folder: Path) -> dict[str, Any]:
         return {"halted": False}
 
 
-def halt(folder: Path, operator: str, reason: str, undo: Callable[[dict[str, Any]], tuple[str, bool]]
-         ) -> dict[str, Any]:
-    """Halt the target: the halt is written where every run on it looks, then every lease still
-    held is undone now (undo(lease)) and released, so the watchdog does not undo it again."""
+def request_halt(folder: Path, operator: str, reason: str) -> dict[str, Any]:
+    """Write the halt where every run of the target on this machine looks, and where the watchdog
+    finds it: it undoes every lease it holds at once (drillbook.chaos.watchdog)."""
     now = time.time()
     state = {"operator": operator[:120], "reason": reason[:300], "at": now,
              "at_utc": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")}
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     _write(folder / HALT, state)
-    undone = []
-    for lease in read_leases(folder):
-        if lease.get("released"):
-            continue
-        try:
-            how, restored = undo(lease)
-        except Exception as error:  # noqa: BLE001 - one failed undo must not stop the others
-            how, restored = f"NOT undone: {type(error).__name__}: {error}"[:300], False
-        if restored:
-            _write(folder / LEASES / f"{lease['fault']['id']}.json", lease | {"released": True})
-        undone.append(how)
-    return {"halted": True, **state, "undone": undone}
+    return {"halted": True, **state}
+
+
+def held_leases(folder: Path) -> list[dict[str, Any]]:
+    """The lease files of faults not yet released nor undone."""
+    return [lease for lease in read_leases(folder) if not lease.get("released")]
 
 
 def lift_halt(folder: Path) -> dict[str, Any]:
@@ -295,9 +176,3 @@ def lift_halt(folder: Path) -> dict[str, Any]:
 def watchdog_events(folder: Path) -> list[dict[str, Any]]:
     """What the watchdog of this folder undid (fault_undone_by_watchdog events)."""
     return list(jsonl.read(folder / UNDONE))
-
-
-if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    sys.exit(watch(Path(arguments[0]), Path(arguments[1]),
-                   Path(arguments[2]) if len(arguments) > 2 and arguments[2] else None))

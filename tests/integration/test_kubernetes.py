@@ -318,6 +318,8 @@ def test_a_lost_runners_scale_is_undone_by_the_watchdog_from_the_records_in_the_
         (undo,) = undone_records(agent().metadata.annotations)
         assert undo["run"] == "lost-run" and undo["undone"] == "scaled agent back to 2", undo
         assert killed_at - lease_s <= undo["lease_expired_at"] <= undo["t"]
+        print(f"lease {lease_s:g} s: kill to the watchdog's undo {undo['t'] - killed_at:.2f} s, "
+              f"to 2 ready {time.time() - killed_at:.2f} s")
         assert not [k for k in agent().metadata.annotations if k.startswith(LEASE_PREFIX)]
     finally:
         for process in (runner, watchdog):
@@ -330,3 +332,50 @@ def test_a_lost_runners_scale_is_undone_by_the_watchdog_from_the_records_in_the_
         watchdog.stdout.close()
     assert "ran out; scaled back to 2" in said, said
     assert "cannot" not in said, said  # its rights were enough: list and patch
+
+
+def test_a_halt_on_kubernetes_undoes_the_leased_scale_and_refuses_runs_until_lifted(k8s_cluster, namespace, tmp_path):
+    """`drillbook halt` with only a kubeconfig: the halt is a ConfigMap in the target's namespace,
+    the leased scale is undone before the command answers (recorded on the Deployment), a run is
+    refused until `--lift`, and the live runner's heartbeat does not put the lease back."""
+    import subprocess
+    import sys
+
+    from drillbook.kube_leases import HALT_CONFIGMAP, leases_on, undone_records
+
+    env = {**os.environ, "DRILLBOOK_TEST_KEY": "k", "DRILLBOOK_FAULT_LEASE_S": "3",
+           "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(k8s_cluster.kubeconfig), "COLUMNS": "250"}
+    profile = str(profile_for(tmp_path, namespace))
+    core, apps = client.CoreV1Api(k8s_cluster.api), client.AppsV1Api(k8s_cluster.api)
+    agent = lambda: apps.read_namespaced_deployment("agent", namespace)  # noqa: E731
+
+    def drillbook(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "drillbook", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, profile], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert runner.stdout.readline().strip() == "scaled"
+        assert agent().spec.replicas == 0 and len(leases_on(agent().metadata.annotations)) == 1
+        halted = drillbook("halt", "--target", profile, "--operator", "alice", "--reason", "window closed")
+        assert halted.returncode == 0, halted.stdout + halted.stderr
+        assert "halted test-cluster by alice: window closed; 1 leased fault(s) undone" in halted.stdout
+        assert agent().spec.replicas == 2  # before the command answered
+        (undo,) = undone_records(agent().metadata.annotations)
+        assert undo["kind"] == "fault_undone_by_halt" and undo["run"] == "lost-run"
+        assert core.read_namespaced_config_map(HALT_CONFIGMAP, namespace).data["operator"] == "alice"
+        time.sleep(2 * 3)  # two heartbeats of the live runner: the lease stays gone
+        assert leases_on(agent().metadata.annotations) == []
+        refused = drillbook("run", "cold-start", "--target", profile, "--results", str(tmp_path / "refused"))
+        assert refused.returncode == 2 and "target test-cluster is halted by alice since" in refused.stderr, \
+            refused.stderr
+        assert not (tmp_path / "refused").exists()
+        lifted = drillbook("halt", "--target", profile, "--lift")
+        assert lifted.returncode == 0 and "halt lifted on test-cluster (halted by alice: window closed)" in lifted.stdout
+        with pytest.raises(client.ApiException):
+            core.read_namespaced_config_map(HALT_CONFIGMAP, namespace)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(30)
+        runner.stdout.close()

@@ -88,7 +88,9 @@ def test_the_runner_is_least_privilege_and_namespace_scoped():
 
     # Exactly what the runbooks need, no more: the platform's tiers live in agents, quotas in
     # tenants, and the noisy tenant's aggressor (deploy/tenants/aggressor.yaml) in tenant-b.
-    assert granted(runner["agents"]) == needed({"agent", "inference"})
+    assert granted(runner["agents"]) == needed({"agent", "inference"}) | {("", "configmaps", "get")}  # the halt
+    (halt_rule,) = [rule for rule in runner["agents"]["rules"] if "configmaps" in rule["resources"]]
+    assert halt_rule["resourceNames"] == ["drillbook-halt"]  # that one ConfigMap, no other
     assert granted(runner["tenant-a"]) == needed({"tenants"})
     assert granted(runner["tenant-b"]) == needed({"tenants", "aggressor"})
     (aggressor,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "aggressor"]

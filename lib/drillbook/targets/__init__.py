@@ -112,7 +112,7 @@ def target_for(profile: LoadedProfile, state_dir: Path | None = None) -> Target:
     if profile.kind == "commands":
         from drillbook.targets.commands import CommandsTarget
 
-        return with_sandboxes(CommandsTarget(profile, state_dir))
+        return with_sandboxes(CommandsTarget(profile, state_dir, run_paths(profile, state_dir)[1]))
     from drillbook.target_kinds import added_factory
 
     return added_factory(profile.kind)(profile, state_dir)

@@ -21,6 +21,7 @@ from drillbook.targets.store import ProfileTarget, run_command
 
 COMMAND_TIMEOUT_S = 60.0
 NO_SANDBOXES = "no workload.sandboxes (code sandboxes)"
+HALT_WAIT_S = 120.0  # how long `drillbook halt` waits for the watchdog to undo the leased faults
 
 
 def sandbox_command_problems(profile: Any, needs: Needs) -> list[str]:
@@ -47,9 +48,12 @@ class CommandsTarget(ProfileTarget):
     granted = "commands found"
     _status_problem: str | None = None  # the agent's status is asked once per target check
 
-    def __init__(self, profile: Any, state_dir: Path | None = None) -> None:
+    def __init__(self, profile: Any, state_dir: Path | None = None, ledger: Path | None = None) -> None:
+        """ledger: the target's fault ledger (drillbook.targets.run_paths), beside which its
+        watchdog keeps its folder."""
         super().__init__(profile)
         self.state_dir = state_dir
+        self.ledger = ledger
         self._leases: Any = None  # drillbook.watchdog.WatchdogLeases, once a fault is leased
 
     # FaultLeases: each scale and store destruction is leased to a watchdog started beside the run
@@ -68,40 +72,54 @@ class CommandsTarget(ProfileTarget):
     def _watchdog(self) -> Any:
         if self._leases is None:
             from drillbook.config import fault_lease_s
-            from drillbook.targets import run_paths
-            from drillbook.watchdog import WatchdogLeases, watchdog_folder
+            from drillbook.watchdog import WatchdogLeases
 
-            self._leases = WatchdogLeases(watchdog_folder(self.profile, self.state_dir), self.profile.path,
-                                          run_paths(self.profile, self.state_dir)[1], self.state_dir, fault_lease_s())
+            self._leases = WatchdogLeases(self._folder(), self.profile.path, self._ledger(), self.state_dir,
+                                          fault_lease_s())
         return self._leases
 
-    # Halting: the halt is kept in the watchdog's folder, where every run on this machine looks
+    def _ledger(self) -> Path:
+        if self.ledger is None:
+            raise ConfigError(f"target {self.name}: no fault ledger was given (open it with drillbook.targets."
+                              "target_for)")
+        return self.ledger
+
+    def _folder(self) -> Path:
+        """The watchdog's folder for this target: beside its fault ledger."""
+        return self._ledger().parent.parent / "watchdogs" / self.profile.name
+
+    # Halting: the halt is kept in the watchdog's folder, where every run on this machine looks, and
+    # the watchdog undoes every fault it holds at once
     def halt_state(self) -> dict[str, Any]:
         from drillbook import watchdog
 
         return watchdog.halt_state(self._folder())
 
     def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        """Halt, and return once the watchdog has undone every leased fault (or HALT_WAIT_S)."""
         from drillbook import watchdog
+        from drillbook.polling import wait_until
 
-        return watchdog.halt(self._folder(), operator, reason,
-                             lambda lease: watchdog.undo_lease(lease, self.profile.path, self.state_dir))
+        folder = self._folder()
+        state = watchdog.request_halt(folder, operator, reason)
+        if watchdog.held_leases(folder):
+            watchdog.ensure_running(folder, self.profile.path, self.state_dir)
+            wait_until(lambda: not watchdog.held_leases(folder), HALT_WAIT_S, 0.1)
+        undone = [event["undone"] for event in watchdog.watchdog_events(folder)
+                  if event.get("kind") == "fault_undone_by_halt" and event["t"] >= state["at"] - 1e-3]
+        left = len(watchdog.held_leases(folder))
+        return {**state, "undone": undone + ([f"{left} leased fault(s) NOT undone yet"] if left else [])}
 
     def lift_halt(self) -> dict[str, Any]:
         from drillbook import watchdog
 
         return watchdog.lift_halt(self._folder())
 
-    def _folder(self) -> Path:
-        from drillbook.watchdog import watchdog_folder
-
-        return watchdog_folder(self.profile, self.state_dir)
-
     def events(self) -> list[dict[str, Any]]:
-        """What the watchdog beside the runs undid (fault_undone_by_watchdog), with when."""
-        from drillbook.watchdog import watchdog_events, watchdog_folder
+        """What the watchdog beside the runs undid (fault_undone_by_watchdog, _by_halt), with when."""
+        from drillbook.watchdog import watchdog_events
 
-        return watchdog_events(watchdog_folder(self.profile, self.state_dir))
+        return watchdog_events(self._folder())
 
     def _line(self, where: str, action: str) -> str | None:
         if where == STORE:

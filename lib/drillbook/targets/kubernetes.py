@@ -162,8 +162,35 @@ class KubernetesTarget(ProfileTarget):
             from drillbook.config import fault_lease_s
             from drillbook.kube_leases import ClusterLeases
 
-            self._leases = ClusterLeases(self._annotate, fault_lease_s())
+            self._leases = ClusterLeases(self._annotate, self._annotations, fault_lease_s())
         return self._leases
+
+    # Halting: the halt is a ConfigMap in the target's namespace, read by every run on it
+    def halt_state(self) -> dict[str, Any]:
+        from kubernetes import client
+
+        from drillbook.kube_leases import halt_state
+
+        return halt_state(client.CoreV1Api(self._client()), self.namespace)
+
+    def halt(self, operator: str, reason: str) -> dict[str, Any]:
+        from kubernetes import client
+
+        from drillbook.kube_leases import halt
+
+        scaled = [(self.namespace_of(role), self.deployment(role)) for role in ("agent", "inference", "aggressor")
+                  if self.profile.role(role) is not None or role == "agent"]
+        return halt(client.CoreV1Api(self._client()), self._apps(), self.namespace, scaled, operator, reason)
+
+    def lift_halt(self) -> dict[str, Any]:
+        from kubernetes import client
+
+        from drillbook.kube_leases import lift_halt
+
+        return lift_halt(client.CoreV1Api(self._client()), self.namespace)
+
+    def _annotations(self, namespace: str, deployment: str) -> dict[str, str]:
+        return dict(self._apps().read_namespaced_deployment(deployment, namespace).metadata.annotations or {})
 
     def _annotate(self, namespace: str, deployment: str, annotations: dict[str, Any]) -> None:
         self._apps().patch_namespaced_deployment(deployment, namespace, {"metadata": {"annotations": annotations}})

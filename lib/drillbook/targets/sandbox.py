@@ -12,7 +12,7 @@ from drillbook.observation import ReplicaObservation, observe_replicas
 from drillbook.profile import LoadedProfile, builtin_sandbox
 from drillbook.targets.platform import diagnose, model_server_metrics
 from drillbook.targets.capabilities import SANDBOXES, TargetCheck
-from drillbook.watchdog import LeaseHeartbeat
+from drillbook.heartbeat import LeaseHeartbeat
 
 SANDBOX_SERVICES = {"agent": "agent", "inference": "model", "state_store": "store"}
 
