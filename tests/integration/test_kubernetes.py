@@ -367,10 +367,10 @@ def test_a_halt_on_kubernetes_undoes_the_leased_scale_and_refuses_runs_until_lif
         assert core.read_namespaced_config_map(HALT_CONFIGMAP, namespace).data["operator"] == "alice"
         time.sleep(2 * 3)  # two heartbeats of the live runner: the lease stays gone
         assert leases_on(agent().metadata.annotations) == []
-        refused = drillbook("run", "cold-start", "--target", profile, "--results", str(tmp_path / "refused"))
+        refused = drillbook("chaos", "run", "cold-start", "--target", profile, "--out", str(tmp_path / "refused"))
         assert refused.returncode == 2 and "target test-cluster is halted by alice since" in refused.stderr, \
             refused.stderr
-        assert not (tmp_path / "refused").exists()
+        assert not (tmp_path / "refused").exists() and agent().spec.replicas == 2
         lifted = drillbook("halt", "--target", profile, "--lift")
         assert lifted.returncode == 0 and "halt lifted on test-cluster (halted by alice: window closed)" in lifted.stdout
         with pytest.raises(client.ApiException):
