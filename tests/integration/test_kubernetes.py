@@ -252,7 +252,8 @@ import sys, time
 from drillbook.chaos.actions import scale_service
 from drillbook.chaos.runner import target_configuration
 from drillbook.profile import load_profile
-configuration = {**target_configuration(load_profile(sys.argv[1])), "drillbook_run_id": "lost-run"}
+configuration = {**target_configuration(load_profile(sys.argv[1])), "drillbook_run_id": "lost-run",
+                 "drillbook_run_dir": sys.argv[2]}
 scale_service("agent", 0, configuration=configuration)
 print("scaled", flush=True)
 time.sleep(600)
@@ -295,8 +296,10 @@ def test_a_lost_runners_scale_is_undone_by_the_watchdog_from_the_records_in_the_
     watchdog_kubeconfig = k8s_cluster.kubeconfig_for("drillbook-watchdog", wait_for(token, timeout=30))
     env = {**os.environ, "DRILLBOOK_TEST_KEY": "k", "DRILLBOOK_FAULT_LEASE_S": str(lease_s),
            "DRILLBOOK_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(k8s_cluster.kubeconfig)}
-    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, str(profile_for(tmp_path, namespace))], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, str(profile_for(tmp_path, namespace)),
+                               str(tmp_path / "run")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              cwd=tmp_path)
     watchdog = subprocess.Popen([sys.executable, "-m", "drillbook", "watchdog", "--namespace", namespace,
                                  "--context", "drillbook-test", "--interval", "0.5"],
                                 env={**env, "KUBECONFIG": str(watchdog_kubeconfig)}, stdout=subprocess.PIPE,
@@ -353,8 +356,9 @@ def test_a_halt_on_kubernetes_undoes_the_leased_scale_and_refuses_runs_until_lif
         return subprocess.run([sys.executable, "-m", "drillbook", *args], env=env, capture_output=True, text=True,
                               timeout=120)
 
-    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, profile], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    runner = subprocess.Popen([sys.executable, "-c", LOST_RUNNER, profile, str(tmp_path / "run")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                              cwd=tmp_path)
     try:
         assert runner.stdout.readline().strip() == "scaled"
         assert agent().spec.replicas == 0 and len(leases_on(agent().metadata.annotations)) == 1
