@@ -18,6 +18,7 @@ A store destroyed through the profile's commands is not leased here: the cluster
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -70,23 +71,28 @@ class ClusterLeases:
         self.read = read  # (namespace, deployment) -> its annotations now
         self.held: dict[str, tuple[str, str, dict[str, Any]]] = {}
         self.heartbeat = LeaseHeartbeat(self._renew, seconds)
+        self.patching = threading.Lock()  # a renewal never puts back a lease released in between
 
     def lease(self, fault: Any, namespace: str, deployment: str, replicas: int) -> None:
         record = lease_record(fault, replicas, self.heartbeat.seconds, time.time())
-        self.patch(namespace, deployment, {lease_key(fault.id): json.dumps(record, sort_keys=True)})
-        self.held[fault.id] = (namespace, deployment, record)
+        with self.patching:
+            self.patch(namespace, deployment, {lease_key(fault.id): json.dumps(record, sort_keys=True)})
+            self.held[fault.id] = (namespace, deployment, record)
         self.heartbeat.hold(fault.id, fault.run_id)
 
     def release(self, fault: Any) -> None:
         self.heartbeat.release(fault.id)
-        held = self.held.pop(fault.id, None)
-        if held is not None:
-            self.patch(held[0], held[1], {lease_key(fault.id): None})
+        with self.patching:
+            held = self.held.pop(fault.id, None)
+            if held is not None:
+                self.patch(held[0], held[1], {lease_key(fault.id): None})
 
     def _renew(self, runs: list[str]) -> None:
         now = time.time()
-        for fault, (namespace, deployment, record) in list(self.held.items()):
-            if record["run"] in runs:
+        with self.patching:
+            for fault, (namespace, deployment, record) in list(self.held.items()):
+                if record["run"] not in runs:
+                    continue
                 if lease_key(fault) not in self.read(namespace, deployment):  # a halt undid it: not put back
                     self.held.pop(fault, None)
                     continue

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,7 +45,7 @@ GIVE_UP_S = 600.0  # ... until this long after its lease ran out: then it is lef
 
 def _write(path: Path, record: dict[str, Any]) -> None:
     """Replace a lease file whole (the watchdog never reads half of one)."""
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temporary.write_text(json.dumps(record, sort_keys=True))
     os.chmod(temporary, 0o600)
     os.replace(temporary, path)
@@ -55,38 +56,42 @@ class WatchdogLeases:
     leased to the watchdog, started if none runs for this folder, and renewed by a heartbeat."""
 
     def __init__(self, folder: Path, profile_path: Path, ledger: Path, state_dir: Path | None, seconds: float) -> None:
-        self.folder, self.profile_path, self.ledger, self.state_dir = folder, profile_path, ledger, state_dir
         from drillbook.heartbeat import LeaseHeartbeat
 
+        self.folder, self.profile_path, self.ledger, self.state_dir = folder, profile_path, ledger, state_dir
         self.heartbeat = LeaseHeartbeat(self._renew, seconds)
+        self.files = threading.Lock()  # a renewal never writes back a lease released in between
 
     def lease(self, fault: Any, undo: dict[str, Any]) -> None:
         (self.folder / LEASES).mkdir(parents=True, exist_ok=True, mode=0o700)
         now = time.time()
-        _write(self.folder / LEASES / f"{fault.id}.json", {
-            "fault": fault.__dict__ | {"undo": undo}, "seconds": self.heartbeat.seconds, "granted_at": now,
-            "expires_at": now + self.heartbeat.seconds, "ledger": str(self.ledger), "released": False})
+        with self.files:
+            _write(self.folder / LEASES / f"{fault.id}.json", {
+                "fault": fault.__dict__ | {"undo": undo}, "seconds": self.heartbeat.seconds, "granted_at": now,
+                "expires_at": now + self.heartbeat.seconds, "ledger": str(self.ledger), "released": False})
         ensure_running(self.folder, self.profile_path, self.state_dir)
         self.heartbeat.hold(fault.id, fault.run_id)
 
     def release(self, fault: Any) -> None:
         self.heartbeat.release(fault.id)
         path = self.folder / LEASES / f"{fault.id}.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return  # never leased here, or the watchdog has it already in hand
-        _write(path, record | {"released": True})
-
-    def _renew(self, runs: list[str]) -> None:
-        now = time.time()
-        for path in sorted((self.folder / LEASES).glob("*.json")):
+        with self.files:
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
-                continue
-            if record.get("fault", {}).get("run_id") in runs and not record.get("released"):
-                _write(path, record | {"expires_at": now + record["seconds"]})
+                return  # never leased here, or the watchdog has it already in hand
+            _write(path, record | {"released": True})
+
+    def _renew(self, runs: list[str]) -> None:
+        now = time.time()
+        with self.files:
+            for path in sorted((self.folder / LEASES).glob("*.json")):
+                try:
+                    record = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    continue
+                if record.get("fault", {}).get("run_id") in runs and not record.get("released"):
+                    _write(path, record | {"expires_at": now + record["seconds"]})
 
 
 def running(folder: Path) -> bool:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from drillbook import jsonl
-from drillbook.watchdog import (GIVE_UP_S, IDLE_EXIT_S, LEASES, LOCK, RETRY_S, TICK_S, UNDONE, due, halt_state, merge,
-                                read_leases)
+from drillbook.watchdog import (GIVE_UP_S, IDLE_EXIT_S, LEASES, LOCK, RETRY_S, TICK_S, UNDONE, due, halt_state,
+                                held_leases, merge, read_leases)
 
 
 def undo_lease(lease: dict[str, Any], profile_path: Path, state_dir: Path | None) -> tuple[str, bool]:
@@ -120,9 +120,28 @@ def watch(folder: Path, profile_path: Path, state_dir: Path | None) -> int:
                 pass
         if held:
             idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > IDLE_EXIT_S:
+        elif time.monotonic() - idle_since > IDLE_EXIT_S and _may_exit(folder, lock, orphaned):
             return 0
         time.sleep(TICK_S)
+
+
+def _may_exit(folder: Path, lock: Any, orphaned: bool) -> bool:
+    """Let go of the folder, unless a lease came in meanwhile: a run that saw this watchdog's lock
+    just before it let go started none of its own, so the lease files are read once more after
+    the lock is released, and a lease there is taken back up (unless another watchdog has the
+    folder by then)."""
+    if orphaned:
+        return True
+    if held_leases(folder):
+        return False
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    if not held_leases(folder):
+        return True
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True  # a new watchdog took the folder, and the lease with it
+    return False
 
 
 if __name__ == "__main__":
