@@ -23,6 +23,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from drillbook.errors import ConfigError
+
 LEASE_PREFIX = "drillbook.dev/lease."
 UNDONE_PREFIX = "drillbook.dev/undone."
 KEEP_UNDONE = 20  # undo records kept on one Deployment, newest
@@ -166,6 +168,10 @@ def watch(apps: Any, namespaces: list[str], say: Callable[[str], None], interval
 HALT_CONFIGMAP = "drillbook-halt"  # in the target's namespace: the halt every run on it reads
 
 
+class HaltNotReadable(ConfigError):
+    """The runner may not read the halt: it is refused, since it could not be stopped."""
+
+
 def halt_state(core: Any, namespace: str) -> dict[str, Any]:
     """{"halted": false}, or who halted the target, why and when, from the ConfigMap."""
     from kubernetes.client import ApiException
@@ -176,10 +182,8 @@ def halt_state(core: Any, namespace: str) -> dict[str, Any]:
         if error.status == 404:
             return {"halted": False}
         if error.status == 403:  # a run that cannot see the halt button must not start
-            from drillbook.errors import ConfigError
-
-            raise ConfigError(f"cannot read the halt (ConfigMap {HALT_CONFIGMAP} in {namespace}): not allowed; "
-                              f"grant get on it to the runner (deploy/rbac/runner.yaml)") from None
+            raise HaltNotReadable(f"cannot read the halt (ConfigMap {HALT_CONFIGMAP} in {namespace}): not allowed; "
+                                  f"grant get on it to the runner (deploy/rbac/runner.yaml)") from None
         raise
     return {"halted": True, "operator": data.get("operator", ""), "reason": data.get("reason", ""),
             "at": float(data.get("at", 0) or 0), "at_utc": data.get("at_utc", "")}

@@ -78,7 +78,7 @@ def test_no_fair_sharing_lets_a_flood_delay_another_tenant(sandbox_factory):
                 flood = [asyncio.create_task(http.post(f"/v1/sessions/{s}/turns", json={"input": "long"},
                                                        headers={"Authorization": f"Bearer {keys['tenant-a']}"}))
                          for s in aggressor_sessions]
-                deadline = time.monotonic() + 10
+                deadline = time.monotonic() + 30  # a bound on the wait, not a judgment: a busy machine is slow
                 while model_sample("drillbook_model_queue_depth", "tenant-a") < 5:  # one holds the slot
                     assert time.monotonic() < deadline, "the flood never queued at the model server"
                     await asyncio.sleep(0.01)

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -24,7 +25,7 @@ from minio.error import S3Error
 from minio.retention import Retention
 
 from drillbook.evidence import BundleWriter, RunSummary, SloCheck
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.integration
 ACCESS, SECRET = "drillbook-test", "drillbook-test-secret"
@@ -54,32 +55,28 @@ def s3(tmp_path) -> Iterator[S3]:
     config = tmp_path / "s3.json"
     config.write_text(json.dumps({"identities": [{"name": "drillbook", "credentials": [
         {"accessKey": ACCESS, "secretKey": SECRET}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
     # Every listener on a port of its own or off: the Iceberg and Lance listeners have fixed default
     # ports (two servers side by side, one per test worker, collided on 9101); and no telemetry.
     off = {"s3.port.iceberg": 0, "s3.port.lance": 0, "master.telemetry": "false"}
-    data = tmp_path / "weed"
-    data.mkdir()
-    argv = [weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-volume.max=5", "-s3",
-            f"-s3.config={config}", *(f"-{name}={value}" for name, value in {**ports, **off}.items())]
-    with open(tmp_path / "weed.log", "wb") as log:
-        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    client = Minio(f"127.0.0.1:{ports['s3.port']}", access_key=ACCESS, secret_key=SECRET, secure=False,
-                   http_client=urllib3.PoolManager(retries=urllib3.Retry(total=0)))
-
-    def bucket_made() -> bool:
-        assert server.poll() is None, (tmp_path / "weed.log").read_text()[-2000:]
-        try:
-            client.make_bucket(BUCKET, object_lock=True)
-            return True
-        except S3Error as error:
-            return error.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
-        except Exception:  # noqa: BLE001 - not listening yet
-            return False
+    for attempt in range(3):  # a free port can be taken by another process before the server binds it
+        ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                                                 "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
+        data = tmp_path / f"weed-{attempt}"
+        data.mkdir()
+        argv = [weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-volume.max=5",
+                "-s3", f"-s3.config={config}", *(f"-{name}={value}" for name, value in {**ports, **off}.items())]
+        log_path = tmp_path / f"weed-{attempt}.log"
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        client = Minio(f"127.0.0.1:{ports['s3.port']}", access_key=ACCESS, secret_key=SECRET, secure=False,
+                       http_client=urllib3.PoolManager(retries=urllib3.Retry(total=0)))
+        if _bucket_made(server, client, log_path):
+            break
+        server.wait(20)
+    else:
+        pytest.fail(f"the S3 server did not start in 3 tries: {log_path.read_text()[-2000:]}")
 
     try:
-        wait_for(bucket_made, timeout=60, interval=0.5)
         yield S3(f"http://127.0.0.1:{ports['s3.port']}", client)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -88,6 +85,27 @@ def s3(tmp_path) -> Iterator[S3]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(10)
+
+
+def _bucket_made(server: subprocess.Popen, client: Minio, log: Path) -> bool:
+    """Wait for the server to take the object-locked bucket: True; False when it exited because a
+    port it was given was taken meanwhile (try again with others); any other exit fails the test."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            said = log.read_text()[-2000:]
+            assert "address already in use" in said, said
+            return False
+        try:
+            client.make_bucket(BUCKET, object_lock=True)
+            return True
+        except S3Error as error:
+            if error.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return True
+        except Exception:  # noqa: BLE001 - not listening yet
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"the S3 server did not make its bucket in 60 s: {log.read_text()[-2000:]}")
 
 
 def drillbook(*args: str, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]:

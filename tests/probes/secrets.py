@@ -157,7 +157,8 @@ def metrics_without_tenants(root: Path, state: Path, service: str, _folder: Path
     handle = launcher.find(state)
     if handle is None:
         return "the target sandbox is not running"
-    replicas = handle.control().status()["services"][service]["replicas"]
+    with handle.control() as control:
+        replicas = control.status()["services"][service]["replicas"]
     url = next((replica["url"] for replica in replicas if replica.get("url")), None)
     if not url:
         return f"no replica of {service} has a URL"

@@ -102,13 +102,18 @@ class CommandsTarget(ProfileTarget):
 
         folder = self._folder()
         state = watchdog.request_halt(folder, operator, reason)
-        if watchdog.held_leases(folder):
+        leased = watchdog.held_leases(folder)
+        if leased:
             watchdog.ensure_running(folder, self.profile.path, self.state_dir)
             wait_until(lambda: not watchdog.held_leases(folder), HALT_WAIT_S, 0.1)
-        undone = [event["undone"] for event in watchdog.watchdog_events(folder)
-                  if event.get("kind") == "fault_undone_by_halt" and event["t"] >= state["at"] - 1e-3]
-        left = len(watchdog.held_leases(folder))
-        return {**state, "undone": undone + ([f"{left} leased fault(s) NOT undone yet"] if left else [])}
+        # Each fault held at the halt was undone by the watchdog, or by its own run, which saw the
+        # halt first and rolled back (its lease released), or is not undone yet.
+        by_watchdog = {event["fault"]: event["undone"] for event in watchdog.watchdog_events(folder)
+                       if event.get("kind") == "fault_undone_by_halt" and event.get("restored")}
+        left = {lease["fault"]["id"] for lease in watchdog.held_leases(folder)}
+        undone = [by_watchdog.get(lease["fault"]["id"], f"{lease['fault']['kind']}: undone by its own run's rollback")
+                  for lease in leased if lease["fault"]["id"] not in left]
+        return {**state, "undone": undone + ([f"{len(left)} leased fault(s) NOT undone yet"] if left else [])}
 
     def lift_halt(self) -> dict[str, Any]:
         from drillbook import watchdog

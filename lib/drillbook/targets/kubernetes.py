@@ -169,9 +169,14 @@ class KubernetesTarget(ProfileTarget):
     def halt_state(self) -> dict[str, Any]:
         from kubernetes import client
 
-        from drillbook.kube_leases import halt_state
+        from drillbook.kube_leases import HaltNotReadable, halt_state
 
-        return halt_state(client.CoreV1Api(self._client()), self.namespace)
+        try:
+            return halt_state(client.CoreV1Api(self._client()), self.namespace)
+        except HaltNotReadable:
+            raise
+        except Exception:  # noqa: BLE001 - no cluster to ask (no kubeconfig, unreachable): the run's own first
+            return {"halted": False}  # call to it says why, and the run is sealed ERROR naming it
 
     def halt(self, operator: str, reason: str) -> dict[str, Any]:
         from kubernetes import client
