@@ -71,9 +71,12 @@ def command_line(pid: int) -> str:
 class Runner:
     """`drillbook` as a subprocess, with every process it started written down as it runs."""
 
-    def __init__(self, args: list[str], state: Path, results: Path) -> None:
+    def __init__(self, args: list[str], state: Path, results: Path | None) -> None:
+        """results: the --results folder, for the commands that take one (None: the command takes none)."""
         env = {**os.environ, "DRILLBOOK_STATE_DIR": str(state), "COLUMNS": "200"}
-        self.process = subprocess.Popen([sys.executable, "-m", "drillbook", *args, "--results", str(results)],
+        self.results = results
+        extra = ["--results", str(results)] if results is not None else []
+        self.process = subprocess.Popen([sys.executable, "-m", "drillbook", *args, *extra],
                                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.seen: dict[int, int | None] = {}
 

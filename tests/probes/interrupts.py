@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -28,8 +26,7 @@ from drillbook.chaos.ledger import FaultLedger
 from drillbook.config import SandboxConfig
 from drillbook.sandbox import launcher
 from tests.helpers import poll
-from drillbook.processes import start_ticks
-from tests.integration.test_interrupts import (HA, command_line, descendants, fault_injected, replicas,
+from tests.integration.test_interrupts import (HA, Runner, command_line, fault_injected, replicas,
                                                requests_flowing, settled)
 from tests.probes import Probe, drillbook
 
@@ -42,35 +39,17 @@ SHORT_DAY = {"name": "short", "target": "sandbox", "runbooks": [
     {"runbook": "restore-drill"}]}
 
 
-class Watched:
-    """`drillbook ARGS` in a new process (with --results where given), and every process below it
-    written down as it runs, so that leftovers can be told from reused pids."""
-
-    def __init__(self, args: list[str], state: Path, results: Path | None = None) -> None:
-        self.results = results
-        extra = ["--results", str(results)] if results is not None else []
-        self.process = subprocess.Popen([sys.executable, "-m", "drillbook", *args, *extra], text=True,
-                                        env={**os.environ, "DRILLBOOK_STATE_DIR": str(state), "COLUMNS": "200"},
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.seen: dict[int, int | None] = {}
-
-    def watch(self) -> bool:
-        self.seen.update(descendants(self.process.pid))
-        return True
+class Watched(Runner):
+    """A Runner (tests/integration/test_interrupts.py) that waits on conditions as it watches."""
 
     def running(self, word: str) -> bool:
         return any(word in command_line(pid) for pid in self.seen)
 
     def wait(self, what: str, condition: Callable[[], object], timeout: float = 120) -> None:
-        poll(what, lambda: self.watch() and condition(), timeout, 0.05)
+        poll(what, lambda: self.watch() is not None and condition(), timeout, 0.05)
 
     def finish(self, timeout: float = 240) -> tuple[int, str, str]:
-        out, err = self.process.communicate(timeout=timeout)
-        return self.process.returncode, out, err
-
-    def left_over(self) -> list[str]:
-        return [f"{pid} {command_line(pid)}" for pid, ticks in self.seen.items()
-                if ticks is not None and start_ticks(pid) == ticks]
+        return super().finish(timeout)
 
 
 def moment_reached(moment: str, runner: Watched, state: Path) -> None:
